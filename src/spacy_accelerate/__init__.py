@@ -1,0 +1,45 @@
+"""spacy-accelerate: run spaCy transformer pipelines on ONNX Runtime, same annotations.
+
+>>> import spacy, spacy_accelerate
+>>> nlp = spacy_accelerate.optimize(spacy.load("en_core_web_trf"), provider="cpu")
+"""
+
+from ._version import __version__
+from .accelerate import accelerated_components, is_optimized, optimize, restore
+from .cache import default_cache_dir
+from .cached import CachedModel, cache_size, clear_cache, list_cached
+from .config import OptimizeConfig, Precision, Provider
+from .errors import (
+    CacheError,
+    ConversionError,
+    InferenceOnlyError,
+    InvalidOptionError,
+    NoTransformerError,
+    ProviderUnavailableError,
+    SpacyAccelerateError,
+    UnsupportedArchitectureError,
+)
+
+__all__ = [
+    "__version__",
+    "CacheError",
+    "CachedModel",
+    "ConversionError",
+    "InferenceOnlyError",
+    "InvalidOptionError",
+    "NoTransformerError",
+    "OptimizeConfig",
+    "Precision",
+    "Provider",
+    "ProviderUnavailableError",
+    "SpacyAccelerateError",
+    "UnsupportedArchitectureError",
+    "accelerated_components",
+    "cache_size",
+    "clear_cache",
+    "default_cache_dir",
+    "is_optimized",
+    "list_cached",
+    "optimize",
+    "restore",
+]

@@ -1,0 +1,124 @@
+"""What every supported encoder family provides: its spec and its conversion.
+
+One subclass per family, beside the family's own folder, in the manner of
+curated-transformers: the family reads its :class:`EncoderSpec` from the
+curated encoder and maps the curated weights onto the Hugging Face model of
+the same family, which is what gets exported to ONNX.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import ClassVar
+
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+
+from ..errors import ConversionError
+from .spec import EncoderSpec
+
+Tensors = dict[str, torch.Tensor]
+
+# curated BERT-layer parameter -> Hugging Face BERT-layer parameter. The
+# combined attention input (query, key and value stacked) is split separately.
+_LAYER_RENAMES = {
+    "mha.output": "attention.output.dense",
+    "attn_output_layernorm": "attention.output.LayerNorm",
+    "ffn.intermediate": "intermediate.dense",
+    "ffn.output": "output.dense",
+    "ffn_output_layernorm": "output.LayerNorm",
+}
+_EMBEDDING_RENAMES = {
+    "word_embeddings": "word_embeddings",
+    "token_type_embeddings": "token_type_embeddings",
+    "position_embeddings": "position_embeddings",
+    "layer_norm": "LayerNorm",
+}
+
+
+class Architecture(ABC):
+    """A supported curated encoder family."""
+
+    #: The curated encoder class this family converts (dispatch is on this type).
+    encoder_type: ClassVar[type[torch.nn.Module]]
+    #: Hugging Face model class of the same family.
+    hf_model_type: ClassVar[type[PreTrainedModel]]
+
+    @classmethod
+    @abstractmethod
+    def read_spec(cls, encoder: torch.nn.Module) -> EncoderSpec:
+        """Read the encoder's dimensions from its layers."""
+
+    @classmethod
+    @abstractmethod
+    def hf_config(cls, spec: EncoderSpec) -> PretrainedConfig:
+        """The Hugging Face config describing the same network."""
+
+    @classmethod
+    @abstractmethod
+    def hf_state_dict(cls, encoder: torch.nn.Module, spec: EncoderSpec) -> Tensors:
+        """The encoder's weights under Hugging Face names, every tensor accounted for."""
+
+    @classmethod
+    def to_hugging_face(cls, encoder: torch.nn.Module, spec: EncoderSpec) -> PreTrainedModel:
+        """Build the Hugging Face model and load the mapped weights strictly."""
+        model = cls.hf_model_type(cls.hf_config(spec), add_pooling_layer=False)
+        try:
+            model.load_state_dict(cls.hf_state_dict(encoder, spec), strict=True)
+        except RuntimeError as error:
+            raise ConversionError(
+                f"The converted {spec.family} weights do not fit Hugging Face's "
+                f"{cls.hf_model_type.__name__}: {error}. Please report this with the pipeline's "
+                "config."
+            ) from error
+        return model.eval()
+
+
+class _TensorTaker:
+    """Hands out the curated tensors by name and remembers which were used."""
+
+    def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
+        self._remaining = {name: tensor.detach() for name, tensor in state.items()}
+
+    def take(self, name: str) -> torch.Tensor:
+        try:
+            return self._remaining.pop(name)
+        except KeyError:
+            raise ConversionError(
+                f"The encoder has no weight {name!r}, which its architecture requires. Was the "
+                "pipeline built with an unusual encoder? Please report its config."
+            ) from None
+
+    def assert_all_taken(self) -> None:
+        if self._remaining:
+            raise ConversionError(
+                "These encoder weights have no place in the converted model, so converting "
+                f"would drop them: {sorted(self._remaining)}. Please report the pipeline's config."
+            )
+
+
+def bert_like_state_dict(
+    state: Mapping[str, torch.Tensor], spec: EncoderSpec, *, embeddings_prefix: str
+) -> Tensors:
+    """Map curated BERT-style weights (embeddings + BERT layers) to Hugging Face names.
+
+    ``embeddings_prefix`` is where the family keeps its BERT embeddings
+    (``embeddings.`` for BERT, ``embeddings.inner.`` for RoBERTa).
+    """
+    taker = _TensorTaker(state)
+    out: Tensors = {}
+    for curated, hf in _EMBEDDING_RENAMES.items():
+        for param in ("weight", "bias") if curated == "layer_norm" else ("weight",):
+            out[f"embeddings.{hf}.{param}"] = taker.take(f"{embeddings_prefix}{curated}.{param}")
+    for i in range(spec.num_hidden_layers):
+        src, dst = f"layers.{i}", f"encoder.layer.{i}"
+        for param in ("weight", "bias"):
+            query, key, value = taker.take(f"{src}.mha.input.{param}").chunk(3, dim=0)
+            out[f"{dst}.attention.self.query.{param}"] = query
+            out[f"{dst}.attention.self.key.{param}"] = key
+            out[f"{dst}.attention.self.value.{param}"] = value
+            for curated, hf in _LAYER_RENAMES.items():
+                out[f"{dst}.{hf}.{param}"] = taker.take(f"{src}.{curated}.{param}")
+    taker.assert_all_taken()
+    return out

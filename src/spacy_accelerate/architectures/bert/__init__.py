@@ -1,0 +1,3 @@
+from .convert import BertArchitecture
+
+__all__ = ["BertArchitecture"]

@@ -1,0 +1,3 @@
+from .convert import RobertaArchitecture
+
+__all__ = ["RobertaArchitecture"]

@@ -1,0 +1,42 @@
+"""The exceptions spacy-accelerate raises.
+
+Every error derives from :class:`SpacyAccelerateError`, so callers can catch
+the library's failures in one place, and each message ends with what to do
+next. Where a built-in exception type describes the failure just as well
+(``ValueError`` for a bad option, ``TypeError`` for an unsupported module)
+the error derives from it too, so existing ``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+
+class SpacyAccelerateError(Exception):
+    """Base class of every error raised by spacy-accelerate."""
+
+
+class NoTransformerError(SpacyAccelerateError, ValueError):
+    """The pipeline has no transformer component to accelerate."""
+
+
+class UnsupportedArchitectureError(SpacyAccelerateError, TypeError):
+    """The transformer's encoder is of a kind spacy-accelerate cannot convert."""
+
+
+class InvalidOptionError(SpacyAccelerateError, ValueError):
+    """An option such as the provider or the precision has an invalid value."""
+
+
+class ProviderUnavailableError(SpacyAccelerateError, RuntimeError):
+    """The requested execution provider is not installed or not usable here."""
+
+
+class ConversionError(SpacyAccelerateError, RuntimeError):
+    """Converting or exporting the encoder failed, or the result did not match it."""
+
+
+class CacheError(SpacyAccelerateError, OSError):
+    """The model cache cannot be read or written."""
+
+
+class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
+    """A training call reached an accelerated (inference-only) transformer."""

@@ -1,0 +1,134 @@
+"""Step 6 (build half): Hugging Face model -> ONNX file with every hidden state.
+
+The exported graph takes ``input_ids``, ``attention_mask`` and
+``token_type_ids`` with dynamic batch and sequence axes and returns the
+embedding output followed by every layer's hidden state, so one file serves
+both last-layer and all-layer listeners. ONNX Runtime's transformer optimizer
+then fuses attention, layer norms and GELU for the target provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import onnx
+import torch
+from transformers import PreTrainedModel
+
+from .architectures.spec import EncoderSpec
+from .errors import ConversionError
+from .providers import ResolvedProvider
+
+logger = logging.getLogger("spacy_accelerate")
+
+MODEL_FILE = "model.onnx"
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class _AllHiddenStates(torch.nn.Module):
+    """Adapts a Hugging Face encoder to return a flat tuple of hidden states."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=True,
+            return_dict=True,
+        )
+        return tuple(output.hidden_states)
+
+
+def _example_inputs(spec: EncoderSpec) -> tuple[torch.Tensor, ...]:
+    # Two rows of different lengths, so that the traced graph keeps the mask path.
+    length = min(8, spec.max_position_embeddings - spec.padding_idx - 1)
+    token = (spec.padding_idx + 1) % spec.vocab_size
+    input_ids = torch.full((2, length), token, dtype=torch.long)
+    input_ids[1, length // 2 :] = spec.padding_idx
+    attention_mask = input_ids.ne(spec.padding_idx).long()
+    return input_ids, attention_mask, torch.zeros_like(input_ids)
+
+
+def export_onnx(model: PreTrainedModel, spec: EncoderSpec, path: Path, *, opset: int) -> None:
+    """Trace ``model`` to an ONNX file at ``path``."""
+    axes = {0: "batch", 1: "sequence"}
+    dynamic_axes = {name: axes for name in (*INPUT_NAMES, *spec.output_names)}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                _AllHiddenStates(model).eval(),
+                _example_inputs(spec),
+                str(path),
+                input_names=list(INPUT_NAMES),
+                output_names=list(spec.output_names),
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        except Exception as error:  # the exporter raises many unrelated types
+            raise ConversionError(
+                f"Exporting the {spec.family} encoder to ONNX failed: {error}. Please report this "
+                "with your torch and transformers versions."
+            ) from error
+    onnx.checker.check_model(str(path))
+
+
+@contextmanager
+def _quiet_optimizer_logs() -> Iterator[None]:
+    """ONNX Runtime's optimizer logs every fusion at INFO on the root handlers; keep it quiet."""
+    loggers = [logging.getLogger(name) for name in ("onnx_model", "onnx_model_bert", "fusion_base")]
+    loggers += [
+        logging.getLogger(name)
+        for name in logging.root.manager.loggerDict
+        if name.startswith(("fusion_", "onnxruntime.transformers"))
+    ]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for log, level in zip(loggers, levels, strict=True):
+            log.setLevel(level)
+
+
+def optimize_graph(path: Path, spec: EncoderSpec, provider: ResolvedProvider) -> None:
+    """Apply ONNX Runtime's transformer fusions in place.
+
+    The fused graph keeps every output; a parity check afterwards decides
+    whether it is served.
+    """
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    options = FusionOptions("bert")
+    with warnings.catch_warnings(), _quiet_optimizer_logs():
+        warnings.simplefilter("ignore")
+        optimized = optimize_model(
+            str(path),
+            model_type="bert",
+            num_heads=spec.num_attention_heads,
+            hidden_size=spec.hidden_width,
+            optimization_options=options,
+            opt_level=0,
+            use_gpu=False,
+        )
+        missing = set(spec.output_names) - {out.name for out in optimized.model.graph.output}
+        if missing:
+            raise ConversionError(
+                f"ONNX Runtime's optimizer dropped outputs {sorted(missing)}. Please report this."
+            )
+        logger.debug("fused operators: %s", optimized.get_fused_operator_statistics())
+        optimized.save_model_to_file(str(path))

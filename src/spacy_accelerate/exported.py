@@ -1,0 +1,85 @@
+"""Step 6: get the exported ONNX model from the cache, or convert, export and store it.
+
+A miss converts the curated encoder to Hugging Face, exports it, fuses it
+and proves parity *before* the cache entry is committed, so a model that
+fails the gate is never stored. A hit is verified against its manifest by
+the cache and, unless ``verify=False``, against the live PyTorch module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .architectures import DetectedEncoder
+from .cache import ModelCache
+from .config import OptimizeConfig
+from .export import MODEL_FILE, export_onnx, optimize_graph
+from .fingerprint import cache_key, key_inputs
+from .parity import ParityReport, check_parity
+from .providers import ResolvedProvider
+from .runtime import EncoderSession
+
+logger = logging.getLogger("spacy_accelerate")
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """Where the served model came from."""
+
+    key: str
+    path: Path
+    cache_hit: bool
+    seconds: float
+    parity: ParityReport | None
+
+
+def get_or_export(
+    module: torch.nn.Module,
+    detected: DetectedEncoder,
+    config: OptimizeConfig,
+    provider: ResolvedProvider,
+    cache: ModelCache,
+    *,
+    window: int,
+) -> tuple[EncoderSession, ExportedModel]:
+    """Return a session over a verified ONNX model of ``module`` and its provenance."""
+    start = time.perf_counter()
+    spec = detected.spec
+    inputs = key_inputs(module, spec, config.export_options())
+    key = cache_key(inputs)
+    built: list[ParityReport] = []
+
+    def build(folder: Path) -> None:
+        path = folder / MODEL_FILE
+        hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
+        export_onnx(hf_model, spec, path, opset=config.opset)
+        optimize_graph(path, spec, provider)
+        session = EncoderSession(path, provider, config)
+        built.append(check_parity(module, session, spec, window=window, tolerance=config.tolerance))
+
+    result = cache.get_or_build(key, inputs, build)
+    session = EncoderSession(result.entry.file(MODEL_FILE), provider, config)
+    parity = built[0] if built else None
+    if parity is None and config.verify:
+        parity = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
+    exported = ExportedModel(
+        key=key,
+        path=result.entry.path,
+        cache_hit=result.hit,
+        seconds=time.perf_counter() - start,
+        parity=parity,
+    )
+    logger.info(
+        "%s %s encoder (key %s) in %.2f s; parity max abs diff %s",
+        "loaded cached" if exported.cache_hit else "exported",
+        spec.family,
+        key[:12],
+        exported.seconds,
+        f"{parity.worst:.2e}" if parity else "not checked",
+    )
+    return session, exported

@@ -1,0 +1,60 @@
+"""The cache key: what makes two exported models interchangeable.
+
+The key hashes the weights' bytes, not the pipeline's name or version: a
+fine-tuned model with the same metadata must not reuse a stale export. The
+spec, the export options and the versions of every package that shapes the
+exported file are hashed with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import torch
+
+from .architectures.spec import EncoderSpec
+
+#: Distributions whose version changes the exported file or how it is run.
+KEY_PACKAGES = ("spacy-accelerate", "torch", "transformers", "onnx", "onnxruntime")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in KEY_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def weights_digest(module: torch.nn.Module) -> str:
+    """SHA256 over every tensor of ``module``'s state, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        data = tensor.detach().to("cpu").contiguous()
+        header = json.dumps([name, str(data.dtype), list(data.shape)])
+        digest.update(header.encode())
+        digest.update(data.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def key_inputs(
+    module: torch.nn.Module, spec: EncoderSpec, export_options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Everything the key is made of, kept readable in the cache manifest."""
+    return {
+        "weights_sha256": weights_digest(module),
+        "encoder": {"class": type(module).__qualname__, **spec.as_dict()},
+        "export": dict(export_options),
+        "versions": package_versions(),
+    }
+
+
+def cache_key(inputs: Mapping[str, Any]) -> str:
+    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,92 @@
+"""Step 5: check that the requested execution provider is installed and usable.
+
+Resolves ``auto`` to the fastest provider this release serves on this
+machine, and otherwise fails early, before any export, with the package to
+install.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from .config import SUPPORTED_COMBINATIONS, OptimizeConfig, Precision, Provider, check_supported
+from .errors import ProviderUnavailableError
+
+#: ONNX Runtime's name for each provider's execution provider.
+ORT_PROVIDER_NAMES: dict[Provider, str] = {
+    Provider.CPU: "CPUExecutionProvider",
+    Provider.CUDA: "CUDAExecutionProvider",
+    Provider.TENSORRT: "TensorrtExecutionProvider",
+    Provider.OPENVINO: "OpenVINOExecutionProvider",
+}
+
+#: What to install for each provider.
+INSTALL_HINTS: dict[Provider, str] = {
+    Provider.CPU: "pip install 'spacy-accelerate[cpu]'  (installs onnxruntime)",
+    Provider.CUDA: "pip install 'spacy-accelerate[gpu]'  (installs onnxruntime-gpu and cupy)",
+    Provider.TENSORRT: "pip install 'spacy-accelerate[tensorrt]'  (onnxruntime-gpu with TensorRT)",
+    Provider.OPENVINO: "pip install onnxruntime-openvino",
+}
+
+#: Preference order of ``auto``: fastest first.
+AUTO_ORDER: tuple[Provider, ...] = (
+    Provider.TENSORRT,
+    Provider.CUDA,
+    Provider.OPENVINO,
+    Provider.CPU,
+)
+
+
+@dataclass(frozen=True)
+class ResolvedProvider:
+    """A concrete, installed provider and the ONNX Runtime providers to ask for."""
+
+    provider: Provider
+    precision: Precision
+    ort_providers: tuple[str, ...]
+
+
+def import_onnxruntime() -> ModuleType:
+    """Import onnxruntime, or say how to install it."""
+    try:
+        return importlib.import_module("onnxruntime")
+    except ImportError as error:
+        raise ProviderUnavailableError(
+            f"ONNX Runtime is not installed ({error}). Install it with: "
+            f"{INSTALL_HINTS[Provider.CPU]}"
+        ) from error
+
+
+def available_providers() -> set[Provider]:
+    """The providers whose ONNX Runtime execution provider is present."""
+    present = set(import_onnxruntime().get_available_providers())
+    return {provider for provider, name in ORT_PROVIDER_NAMES.items() if name in present}
+
+
+def check_provider(config: OptimizeConfig) -> ResolvedProvider:
+    """Resolve ``auto``, then make sure the provider is installed and served."""
+    installed = available_providers()
+    provider = config.provider
+    if provider is Provider.AUTO:
+        served = {p for p, q in SUPPORTED_COMBINATIONS if q is config.precision}
+        candidates = [p for p in AUTO_ORDER if p in installed and p in served]
+        if not candidates:
+            check_supported(Provider.CPU, config.precision)
+            raise ProviderUnavailableError(
+                "No usable ONNX Runtime execution provider was found. Install one with: "
+                f"{INSTALL_HINTS[Provider.CPU]}"
+            )
+        provider = candidates[0]
+    if provider not in installed:
+        raise ProviderUnavailableError(
+            f"provider={provider.value!r} needs ONNX Runtime's {ORT_PROVIDER_NAMES[provider]}, "
+            f"which is not available here. Install it with: {INSTALL_HINTS[provider]}"
+        )
+    check_supported(provider, config.precision)
+    return ResolvedProvider(
+        provider=provider,
+        precision=config.precision,
+        ort_providers=(ORT_PROVIDER_NAMES[provider],),
+    )

@@ -1,0 +1,45 @@
+"""An ONNX Runtime session over an exported encoder, sized for this process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .config import OptimizeConfig
+from .providers import ResolvedProvider, import_onnxruntime
+
+
+class EncoderSession:
+    """Runs the exported encoder: int64 id arrays in, requested hidden states out."""
+
+    def __init__(
+        self, model_path: Path, provider: ResolvedProvider, config: OptimizeConfig
+    ) -> None:
+        ort = import_onnxruntime()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = config.intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.model_path = model_path
+        self.provider = provider
+        self._session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=list(provider.ort_providers)
+        )
+        self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
+
+    def run(
+        self,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        token_type_ids: np.ndarray,
+        outputs: Sequence[str],
+    ) -> list[np.ndarray]:
+        feeds = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+        }
+        return self._session.run(list(outputs), feeds)

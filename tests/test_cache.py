@@ -1,0 +1,434 @@
+"""Tests of the on-disk model cache: hits, verification, eviction, locking, locations."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import filelock
+import pytest
+
+import spacy_accelerate
+from spacy_accelerate.cache import (
+    MANIFEST_NAME,
+    CacheEntry,
+    ModelCache,
+    default_cache_dir,
+    resolve_cache_dir,
+)
+from spacy_accelerate.errors import CacheError
+
+KEY = hashlib.sha256(b"model-a").hexdigest()
+OTHER_KEY = hashlib.sha256(b"model-b").hexdigest()
+INPUTS = {"model": "en_core_web_trf", "opset": 17, "precision": "fp32"}
+MODEL_BYTES = b"onnx-model-" * 1000
+EXTRA_BYTES = b"external-data" * 500
+
+
+class CountingBuilder:
+    """A builder that records how often it ran, writing a model and an external-data file."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, tmp_dir: Path) -> None:
+        self.calls += 1
+        (tmp_dir / "model.onnx").write_bytes(MODEL_BYTES)
+        (tmp_dir / "weights").mkdir()
+        (tmp_dir / "weights" / "data.bin").write_bytes(EXTRA_BYTES)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _leftovers(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(".tmp-"))
+
+
+def _entry_dirs(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> ModelCache:
+    return ModelCache(tmp_path / "cache")
+
+
+@pytest.fixture
+def built(cache: ModelCache) -> CacheEntry:
+    return cache.get_or_build(KEY, INPUTS, CountingBuilder()).entry
+
+
+# --------------------------------------------------------------------------- hit / miss
+
+
+def test_miss_then_hit_builds_once(cache: ModelCache) -> None:
+    builder = CountingBuilder()
+    first = cache.get_or_build(KEY, INPUTS, builder)
+    second = cache.get_or_build(KEY, INPUTS, builder)
+    assert (first.hit, second.hit) == (False, True)
+    assert builder.calls == 1
+    assert first.entry.path == second.entry.path == cache.root / KEY
+    assert second.entry.file("model.onnx").read_bytes() == MODEL_BYTES
+    assert first.seconds >= 0 and second.seconds >= 0
+    assert cache.lookup(KEY) is not None
+    assert cache.lookup(OTHER_KEY) is None
+
+
+def test_manifest_records_files_and_inputs(built: CacheEntry) -> None:
+    on_disk = json.loads((built.path / MANIFEST_NAME).read_text())
+    assert on_disk == built.manifest
+    assert on_disk["key"] == KEY
+    assert on_disk["key_inputs"] == INPUTS
+    assert on_disk["spacy_accelerate_version"] == spacy_accelerate.__version__
+    assert on_disk["format_version"] == 1
+    assert on_disk["files"] == {
+        "model.onnx": {"size": len(MODEL_BYTES), "sha256": _sha256(MODEL_BYTES)},
+        "weights/data.bin": {"size": len(EXTRA_BYTES), "sha256": _sha256(EXTRA_BYTES)},
+    }
+    created = datetime.fromisoformat(built.created)
+    assert created.utcoffset() is not None and created.utcoffset().total_seconds() == 0
+    manifest_size = (built.path / MANIFEST_NAME).stat().st_size
+    assert built.size_bytes == len(MODEL_BYTES) + len(EXTRA_BYTES) + manifest_size
+
+
+def test_entry_file_refuses_unlisted_names(built: CacheEntry) -> None:
+    assert built.file("weights/data.bin") == built.path / "weights" / "data.bin"
+    with pytest.raises(KeyError):
+        built.file("other.onnx")
+    with pytest.raises(KeyError):
+        built.file(MANIFEST_NAME)
+
+
+def test_key_inputs_must_be_json(cache: ModelCache) -> None:
+    builder = CountingBuilder()
+    with pytest.raises(TypeError, match="JSON"):
+        cache.get_or_build(KEY, {"path": Path("x")}, builder)
+    assert builder.calls == 0
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def test_argument_beats_env_beats_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(tmp_path / "from-env"))
+    assert default_cache_dir() == tmp_path / "from-env"
+    assert resolve_cache_dir(None) == tmp_path / "from-env"
+    assert ModelCache().root == tmp_path / "from-env"
+    assert resolve_cache_dir(tmp_path / "arg") == tmp_path / "arg"
+    assert ModelCache(str(tmp_path / "arg")).root == tmp_path / "arg"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="XDG layout is Linux's")
+def test_default_is_user_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPACY_ACCELERATE_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / ".cache" / "spacy-accelerate"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert ModelCache().root == tmp_path / "xdg" / "spacy-accelerate"
+
+
+def test_lookup_does_not_create_the_folder(tmp_path: Path) -> None:
+    cache = ModelCache(tmp_path / "absent")
+    assert cache.lookup(KEY) is None
+    assert cache.entries() == []
+    assert cache.size_bytes() == 0
+    assert cache.clear() == 0
+    assert not (tmp_path / "absent").exists()
+
+
+def test_unwritable_parent_is_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    cache = ModelCache(blocker / "cache")
+    builder = CountingBuilder()
+    with pytest.raises(CacheError, match="SPACY_ACCELERATE_CACHE") as info:
+        cache.get_or_build(KEY, INPUTS, builder)
+    assert str(blocker / "cache") in str(info.value)
+    assert "cache_dir=" in str(info.value)
+    assert builder.calls == 0
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or os.geteuid() == 0, reason="root ignores folder permissions"
+)
+def test_unwritable_read_only_folder(tmp_path: Path) -> None:
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(CacheError, match="writable"):
+            ModelCache(locked / "cache").get_or_build(KEY, INPUTS, CountingBuilder())
+    finally:
+        locked.chmod(0o700)
+
+
+# --------------------------------------------------------------------------- corruption
+
+
+def _assert_rebuilt(
+    cache: ModelCache, caplog: pytest.LogCaptureFixture, reason: str | None = None
+) -> None:
+    builder = CountingBuilder()
+    with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
+        result = cache.get_or_build(KEY, INPUTS, builder)
+    assert result.hit is False
+    assert builder.calls == 1
+    assert result.entry.file("model.onnx").read_bytes() == MODEL_BYTES
+    messages = [r.getMessage() for r in caplog.records if r.name == "spacy_accelerate"]
+    assert any("Evicted" in m and KEY in m for m in messages), messages
+    if reason is not None:
+        assert any(reason in m for m in messages), messages
+    assert _leftovers(cache.root) == []
+    assert cache.get_or_build(KEY, INPUTS, builder).hit is True
+
+
+def test_truncated_model_is_evicted_and_rebuilt(
+    cache: ModelCache, built: CacheEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = built.file("model.onnx")
+    model.write_bytes(model.read_bytes()[:100])
+    _assert_rebuilt(cache, caplog, reason="model.onnx has 100 bytes")
+
+
+def test_same_size_corruption_is_caught_by_sha256(
+    cache: ModelCache, built: CacheEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = built.file("model.onnx")
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 0xFF
+    model.write_bytes(bytes(data))
+    assert cache.lookup(KEY) is None
+    assert not (cache.root / KEY).exists()
+    _assert_rebuilt(cache, caplog)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: (p / MANIFEST_NAME).unlink(), "manifest.json is missing"),
+        (lambda p: (p / MANIFEST_NAME).write_text('{"key": "'), "not valid JSON"),
+        (lambda p: (p / MANIFEST_NAME).write_text("[1, 2]"), "not a JSON object"),
+        (lambda p: (p / "weights" / "data.bin").unlink(), "weights/data.bin is missing"),
+    ],
+    ids=["missing-manifest", "garbled-manifest", "manifest-not-object", "extra-file-missing"],
+)
+def test_damaged_entry_is_rebuilt(
+    cache: ModelCache,
+    built: CacheEntry,
+    caplog: pytest.LogCaptureFixture,
+    damage: Callable[[Path], None],
+    reason: str,
+) -> None:
+    damage(built.path)
+    _assert_rebuilt(cache, caplog, reason=reason)
+
+
+def test_manifest_for_another_key_is_not_served(
+    cache: ModelCache, built: CacheEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.rename(built.path, cache.root / OTHER_KEY)  # folder OTHER_KEY, manifest says KEY
+    assert cache.lookup(OTHER_KEY) is None
+    builder = CountingBuilder()
+    result = cache.get_or_build(OTHER_KEY, INPUTS, builder)
+    assert (result.hit, builder.calls) == (False, 1)
+    assert result.entry.manifest["key"] == OTHER_KEY
+
+
+def test_manifest_pointing_outside_the_entry_is_not_served(
+    cache: ModelCache, built: CacheEntry, tmp_path: Path
+) -> None:
+    outside = tmp_path / "secret.txt"
+    outside.write_bytes(b"secret")
+    manifest = dict(built.manifest)
+    manifest["files"] = {"../../secret.txt": {"size": 6, "sha256": _sha256(b"secret")}}
+    (built.path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    assert cache.lookup(KEY) is None
+
+
+def test_leftover_temp_dir_is_never_served_and_is_swept(cache: ModelCache) -> None:
+    cache.root.mkdir(parents=True)
+    crashed = cache.root / f".tmp-{KEY}-crashed"
+    crashed.mkdir()
+    (crashed / "model.onnx").write_bytes(b"half")
+    other_crash = cache.root / f".tmp-{OTHER_KEY}-crashed"
+    other_crash.mkdir()
+    assert cache.lookup(KEY) is None
+    assert cache.entries() == []
+    builder = CountingBuilder()
+    assert cache.get_or_build(KEY, INPUTS, builder).hit is False
+    assert builder.calls == 1
+    assert _leftovers(cache.root) == []
+
+
+def test_temp_dir_of_a_live_build_is_kept(cache: ModelCache) -> None:
+    cache.root.mkdir(parents=True)
+    live = cache.root / f".tmp-{OTHER_KEY}-inprogress"
+    live.mkdir()
+    lock = filelock.FileLock(str(cache.root / ".locks" / f"{OTHER_KEY}.lock"))
+    with lock:  # stands in for another process that is building OTHER_KEY right now
+        assert cache.get_or_build(KEY, INPUTS, CountingBuilder()).hit is False
+        assert live.exists()
+    cache.evict(KEY)  # once the lock is free, the next miss sweeps it
+    cache.get_or_build(KEY, INPUTS, CountingBuilder())
+    assert not live.exists()
+
+
+# --------------------------------------------------------------------------- builder failure
+
+
+class BuildFailed(Exception):
+    pass
+
+
+def test_failing_builder_leaves_cache_unchanged(cache: ModelCache) -> None:
+    original = BuildFailed("export crashed")
+
+    def build(tmp_dir: Path) -> None:
+        (tmp_dir / "model.onnx").write_bytes(b"partial")
+        raise original
+
+    with pytest.raises(BuildFailed) as info:
+        cache.get_or_build(KEY, INPUTS, build)
+    assert info.value is original
+    assert _entry_dirs(cache.root) == []
+    assert _leftovers(cache.root) == []
+    assert cache.lookup(KEY) is None
+
+
+def test_failing_rebuild_keeps_other_entries(cache: ModelCache) -> None:
+    cache.get_or_build(OTHER_KEY, INPUTS, CountingBuilder())
+
+    def build(tmp_dir: Path) -> None:
+        raise BuildFailed
+
+    with pytest.raises(BuildFailed):
+        cache.get_or_build(KEY, INPUTS, build)
+    assert [e.key for e in cache.entries()] == [OTHER_KEY]
+
+
+def test_builder_writing_nothing_is_an_error(cache: ModelCache) -> None:
+    with pytest.raises(CacheError, match="no files"):
+        cache.get_or_build(KEY, INPUTS, lambda tmp_dir: None)
+    assert _entry_dirs(cache.root) == [] and _leftovers(cache.root) == []
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@pytest.mark.parametrize(
+    "bad_key",
+    ["../x", KEY.upper(), KEY[:-1], KEY + "0", "", f"../{KEY[3:]}", KEY[:-1] + "g"],
+    ids=["traversal", "uppercase", "short", "long", "empty", "traversal-64", "non-hex"],
+)
+def test_invalid_keys_are_rejected(cache: ModelCache, bad_key: str) -> None:
+    builder = CountingBuilder()
+    with pytest.raises(ValueError, match="invalid cache key"):
+        cache.get_or_build(bad_key, INPUTS, builder)
+    with pytest.raises(ValueError):
+        cache.lookup(bad_key)
+    with pytest.raises(ValueError):
+        cache.evict(bad_key)
+    assert builder.calls == 0
+
+
+# --------------------------------------------------------------------------- management
+
+
+def test_entries_size_evict_and_clear(cache: ModelCache, built: CacheEntry) -> None:
+    other = cache.get_or_build(OTHER_KEY, {"model": "b"}, CountingBuilder()).entry
+    (cache.root / "junk.txt").write_text("not an entry")
+    (cache.root / hashlib.sha256(b"broken").hexdigest()).mkdir()  # no manifest
+    assert [e.key for e in cache.entries()] == sorted([KEY, OTHER_KEY])
+    assert (cache.root / hashlib.sha256(b"broken").hexdigest()).exists()  # listing is read-only
+
+    expected = built.size_bytes + other.size_bytes + len("not an entry")
+    assert cache.size_bytes() == expected
+
+    assert cache.evict(OTHER_KEY) is True
+    assert cache.evict(OTHER_KEY) is False
+    assert [e.key for e in cache.entries()] == [KEY]
+
+    stale = cache.root / f".tmp-{OTHER_KEY}-crashed"
+    stale.mkdir()
+    (stale / "model.onnx").write_bytes(b"x" * 10)
+    assert cache.clear() == 2  # KEY and the broken entry
+    assert cache.entries() == []
+    assert _entry_dirs(cache.root) == ["junk.txt"]
+    assert _leftovers(cache.root) == []
+    assert cache.size_bytes() == len("not an entry")
+    assert cache.get_or_build(KEY, INPUTS, CountingBuilder()).hit is False
+
+
+# --------------------------------------------------------------------------- processes
+
+_WORKER = """
+import json, sys, time
+from pathlib import Path
+from spacy_accelerate.cache import ModelCache
+
+root, key, counter, ready, go = sys.argv[1:6]
+Path(ready).touch()
+deadline = time.monotonic() + 30
+while not Path(go).exists():
+    if time.monotonic() > deadline:
+        sys.exit("never got the go signal")
+    time.sleep(0.005)
+
+def build(tmp_dir):
+    with open(counter, "a") as handle:
+        handle.write("built\\n")
+    time.sleep(1.0)
+    (tmp_dir / "model.onnx").write_bytes(b"shared model")
+
+result = ModelCache(root).get_or_build(key, {"worker": True}, build)
+print(json.dumps({"hit": result.hit, "path": str(result.entry.path)}))
+"""
+
+
+def test_two_processes_build_once(tmp_path: Path) -> None:
+    root = tmp_path / "shared-cache"
+    counter = tmp_path / "counter.txt"
+    go = tmp_path / "go"
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    readies = [tmp_path / f"ready-{i}" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(root), KEY, str(counter), str(ready), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for ready in readies
+    ]
+    try:
+        deadline = time.monotonic() + 20
+        while not all(r.exists() for r in readies):
+            assert time.monotonic() < deadline, "workers did not start"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        go.touch()  # release both at once so their builds would overlap without the lock
+        outputs = [p.communicate(timeout=30) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _err in outputs]
+    assert sorted(r["hit"] for r in results) == [False, True]
+    assert {r["path"] for r in results} == {str(root / KEY)}
+    assert counter.read_text().splitlines() == ["built"]
+    assert _entry_dirs(root) == [KEY]
+    assert _leftovers(root) == []
+    assert ModelCache(root).lookup(KEY) is not None
