@@ -76,9 +76,7 @@ def check_parity(
     expected = reference_outputs(module, input_ids)
     ids = input_ids.numpy()
     mask = ids != spec.padding_idx
-    actual = session.run(
-        ids, mask.astype(np.int64), np.zeros_like(ids), spec.output_names
-    )
+    actual = session.run(ids, mask.astype(np.int64), np.zeros_like(ids), spec.output_names)
     diffs = tuple(
         float(np.max(np.abs(a[mask] - e[mask]))) for a, e in zip(actual, expected, strict=True)
     )
