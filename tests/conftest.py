@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 #: Sentences of UD-EWT test used by the parity tests (the issue asks for >= 500).
 PARITY_SENTENCES = 520
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_default_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point the default model cache at a session folder: no test may touch ~/.cache."""
+    folder = tmp_path_factory.mktemp("default-model-cache")
+    previous = os.environ.get("SPACY_ACCELERATE_CACHE")
+    os.environ["SPACY_ACCELERATE_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["SPACY_ACCELERATE_CACHE"]
+    else:
+        os.environ["SPACY_ACCELERATE_CACHE"] = previous
 
 
 @pytest.fixture(scope="session")

@@ -171,3 +171,16 @@ def test_optimize_twice_and_restore_twice_are_safe(bert: spacy.language.Language
     assert not spacy_accelerate.is_optimized(bert)
     module = bert.get_pipe("transformer").model.get_ref("transformer").shims[0]._model
     assert isinstance(module, CuratedTransformer)
+
+
+def test_gate_catches_a_graph_that_assumes_trailing_padding(
+    bert: spacy.language.Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # ONNX Runtime's default fused attention reads the mask as one length per
+    # row; the verification batch has padding inside a row, so that must fail.
+    from onnxruntime.transformers.fusion_options import AttentionMaskFormat
+
+    monkeypatch.setattr(AttentionMaskFormat, "AttentionMask", AttentionMaskFormat.MaskIndexEnd)
+    with pytest.raises(ConversionError, match="does not match the PyTorch module"):
+        spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
+    assert not spacy_accelerate.is_optimized(bert)

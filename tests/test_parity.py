@@ -62,6 +62,7 @@ class Outcome:
         self.accelerated = {bs: run(self.nlp, texts, bs) for bs in BATCH_SIZES}
         self.edge_accelerated = run_each(self.nlp, EDGE_TEXTS)
         self.shim = find_shim(component).shim
+        self.cache_dir = cache_dir
 
 
 @pytest.fixture(scope="module", params=["roberta", "bert", "minilm"])
@@ -126,4 +127,4 @@ def test_restore_is_bit_identical(outcome: Outcome, ewt_texts: list[str]):
             assert np.array_equal(last_hidden(before), last_hidden(after))
         assert disagreements(outcome.reference[7][:40], restored) == []
     finally:
-        spacy_accelerate.optimize(outcome.nlp, provider="cpu")
+        spacy_accelerate.optimize(outcome.nlp, provider="cpu", cache_dir=outcome.cache_dir)

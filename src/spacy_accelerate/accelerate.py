@@ -10,11 +10,11 @@ from .architectures import detect_architecture
 from .cache import ModelCache
 from .config import DEFAULT_TOLERANCE, Precision, Provider, build_config
 from .exported import get_or_export
-from .patch import is_patched, patch, unpatch
+from .patch import is_patched, patch, revert, unpatch
 from .providers import check_provider
 from .proxy import AcceleratedEncoder
 from .shim import find_shim, find_span_settings
-from .validate import TransformerComponent, find_transformer_components
+from .validate import find_transformer_components, transformer_components
 from .warmup import warm_up
 
 
@@ -31,15 +31,14 @@ def optimize(
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
-    All or nothing: if any component cannot be accelerated, every component is
-    left (or put back) on PyTorch and the error says why. A pipeline that was
-    already optimized is first restored, so calling this again with other
-    options re-optimizes it.
+    All or nothing: if any step fails for any component, every component is
+    left exactly as it was before the call (PyTorch, or an earlier
+    acceleration) and the error says why. Calling it on an optimized pipeline
+    re-optimizes it with the new options.
     """
     components = find_transformer_components(nlp)  # 1. validate
-    restore(nlp)
     shims = [find_shim(component) for component in components]  # 2. find the shim
-    encoders = [detect_architecture(location.module) for location in shims]  # 3. detect
+    encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
     config = build_config(  # 4. build the config
         provider,
         precision,
@@ -51,56 +50,43 @@ def optimize(
     )
     resolved = check_provider(config)  # 5. check the provider
     cache = ModelCache(config.cache_dir)
+    previous = [location.module for location in shims]
     try:
         for component, location, detected in zip(components, shims, encoders, strict=True):
             spans = find_span_settings(component)
+            module = location.pytorch_module
             session, exported = get_or_export(  # 6. get or export the ONNX model
-                location.module, detected, config, resolved, cache, window=spans.window
+                module, detected, config, resolved, cache, window=spans.window
             )
-            proxy = AcceleratedEncoder(  # 7. create the proxy
-                session, detected.spec, location.module, location.layer, exported
-            )
-            patch(location.shim, proxy)  # 8. patch
+            proxy = AcceleratedEncoder(session, detected.spec, module, exported)  # 7. proxy
+            patch(location, proxy)  # 8. patch
             if config.warmup:
                 warm_up(proxy, spans)  # 9. warm up
     except BaseException:
-        restore(nlp)
+        for location, module in zip(shims, previous, strict=True):
+            revert(location, module)
         raise
     return nlp
 
 
-def _accelerated(nlp: Language) -> dict[str, AcceleratedEncoder]:
-    found: dict[str, AcceleratedEncoder] = {}
-    for component in _transformer_components(nlp):
-        location = find_shim(component)
-        if is_patched(location.shim):
-            found[component.name] = location.module
-    return found
-
-
-def _transformer_components(nlp: Language) -> list[TransformerComponent]:
-    from spacy_curated_transformers.pipeline.transformer import CuratedTransformer
-
-    return [
-        TransformerComponent(name=name, pipe=pipe)
-        for name, pipe in nlp.components
-        if isinstance(pipe, CuratedTransformer)
-    ]
-
-
 def accelerated_components(nlp: Language) -> dict[str, AcceleratedEncoder]:
     """The accelerated transformer modules of ``nlp``, by component name."""
-    return _accelerated(nlp)
+    found: dict[str, AcceleratedEncoder] = {}
+    for component in transformer_components(nlp):
+        module = find_shim(component).module
+        if isinstance(module, AcceleratedEncoder):
+            found[component.name] = module
+    return found
 
 
 def restore(nlp: Language) -> Language:
     """Put every original PyTorch transformer back; a no-op on a plain pipeline."""
-    for component in _transformer_components(nlp):
-        unpatch(find_shim(component).shim)
+    for component in transformer_components(nlp):
+        unpatch(find_shim(component))
     return nlp
 
 
 def is_optimized(nlp: Language) -> bool:
     """Whether every transformer component of ``nlp`` runs accelerated."""
-    components = _transformer_components(nlp)
-    return bool(components) and len(_accelerated(nlp)) == len(components)
+    locations = [find_shim(component) for component in transformer_components(nlp)]
+    return bool(locations) and all(is_patched(location) for location in locations)

@@ -26,6 +26,9 @@ from .providers import ResolvedProvider
 logger = logging.getLogger("spacy_accelerate")
 
 MODEL_FILE = "model.onnx"
+#: Bumped whenever conversion or export changes what is written, so that
+#: entries made by older code (even of the same release) are not reused.
+EXPORT_FORMAT_VERSION = 2
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -110,10 +113,14 @@ def optimize_graph(path: Path, spec: EncoderSpec, provider: ResolvedProvider) ->
     The fused graph keeps every output; a parity check afterwards decides
     whether it is served.
     """
-    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     options = FusionOptions("bert")
+    # The default turns the mask into one length per row, which assumes that
+    # padding only trails. spaCy masks every padding_idx piece wherever it is,
+    # so the fused attention must take the full 2-D mask.
+    options.attention_mask_format = AttentionMaskFormat.AttentionMask
     with warnings.catch_warnings(), _quiet_optimizer_logs():
         warnings.simplefilter("ignore")
         optimized = optimize_model(

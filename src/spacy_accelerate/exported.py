@@ -8,7 +8,9 @@ the cache and, unless ``verify=False``, against the live PyTorch module.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +18,9 @@ from pathlib import Path
 import torch
 
 from .architectures import DetectedEncoder
-from .cache import ModelCache
+from .cache import CacheEntry, ModelCache
 from .config import OptimizeConfig
+from .errors import CacheError
 from .export import MODEL_FILE, export_onnx, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .parity import ParityReport, check_parity
@@ -25,6 +28,9 @@ from .providers import ResolvedProvider
 from .runtime import EncoderSession
 
 logger = logging.getLogger("spacy_accelerate")
+
+#: The parity report stored beside the model (checksummed like every file).
+PARITY_FILE = "parity.json"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,15 @@ class ExportedModel:
     cache_hit: bool
     seconds: float
     parity: ParityReport | None
+
+
+def _recorded_worst(entry: CacheEntry) -> float:
+    """The parity the entry was stored with; infinity when it is not on record."""
+    try:
+        report = json.loads(entry.file(PARITY_FILE).read_text())
+        return float(max(report["max_abs_diff"]))
+    except (KeyError, ValueError, TypeError, OSError):
+        return math.inf
 
 
 def get_or_export(
@@ -60,12 +75,16 @@ def get_or_export(
         export_onnx(hf_model, spec, path, opset=config.opset)
         optimize_graph(path, spec, provider)
         session = EncoderSession(path, provider, config)
-        built.append(check_parity(module, session, spec, window=window, tolerance=config.tolerance))
+        report = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
+        (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
+        built.append(report)
 
     result = cache.get_or_build(key, inputs, build)
     session = EncoderSession(result.entry.file(MODEL_FILE), provider, config)
     parity = built[0] if built else None
-    if parity is None and config.verify:
+    if parity is None and (config.verify or _recorded_worst(result.entry) > config.tolerance):
+        # A hit is checked again unless told not to; and always when it was
+        # stored under a looser tolerance than this call asks for.
         parity = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
     exported = ExportedModel(
         key=key,
@@ -83,3 +102,20 @@ def get_or_export(
         f"{parity.worst:.2e}" if parity else "not checked",
     )
     return session, exported
+
+
+def reopen_session(
+    exported: ExportedModel, provider: ResolvedProvider, config: OptimizeConfig
+) -> EncoderSession:
+    """A new session over a model optimize() already verified (after pickling, say).
+
+    The entry is checked against its manifest again; if it has gone, the
+    pipeline must be optimized anew rather than run on something unverified.
+    """
+    entry = ModelCache(exported.path.parent).lookup(exported.key)
+    if entry is None:
+        raise CacheError(
+            f"The cached model {exported.key[:12]} under {exported.path.parent} is missing or "
+            "damaged. Call spacy_accelerate.optimize(nlp) on this pipeline again to rebuild it."
+        )
+    return EncoderSession(entry.file(MODEL_FILE), provider, config)

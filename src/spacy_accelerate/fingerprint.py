@@ -9,25 +9,29 @@ exported file are hashed with them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 import torch
 
+from ._version import __version__
 from .architectures.spec import EncoderSpec
+from .export import EXPORT_FORMAT_VERSION
 
-#: Distributions whose version changes the exported file or how it is run.
-KEY_PACKAGES = ("spacy-accelerate", "torch", "transformers", "onnx", "onnxruntime")
+#: Modules whose version changes the exported file or how it is run. Read from
+#: the imported module, not the distribution metadata: onnxruntime comes as
+#: onnxruntime, onnxruntime-gpu or onnxruntime-openvino, all importing as one.
+KEY_MODULES = ("torch", "transformers", "onnx", "onnxruntime")
 
 
 def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name in KEY_PACKAGES:
+    versions: dict[str, str | None] = {"spacy-accelerate": __version__}
+    for name in KEY_MODULES:
         try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
+            versions[name] = importlib.import_module(name).__version__
+        except ImportError:
             versions[name] = None
     return versions
 
@@ -50,7 +54,7 @@ def key_inputs(
     return {
         "weights_sha256": weights_digest(module),
         "encoder": {"class": type(module).__qualname__, **spec.as_dict()},
-        "export": dict(export_options),
+        "export": {"format": EXPORT_FORMAT_VERSION, **export_options},
         "versions": package_versions(),
     }
 

@@ -1,29 +1,72 @@
 """Step 8: swap the proxy into the shim, and undo it.
 
-The state lives on the proxy itself (it keeps the original module), so
-``restore()`` and ``is_optimized()`` need no registry that could drift from
-the pipeline.
+Two attributes change: the shim's module becomes the proxy, and the thinc
+wrapper's ``convert_inputs`` is wrapped so that every call tells the module
+whether the listeners read all layers. Passing the flag per call (instead of
+the proxy reading it from a layer it holds) keeps copies of the model
+(``Model.copy()``, ``copy.deepcopy``) correct: each copy's own layer decides.
+The originals are kept on the proxy and the wrapper, so ``restore()`` needs no
+registry that could drift from the pipeline.
 """
 
 from __future__ import annotations
 
-from thinc.shims import PyTorchShim
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from .proxy import AcceleratedEncoder
+import torch
+from thinc.api import Model
+from thinc.types import ArgsKwargs
+
+from .proxy import ALL_LAYERS_KWARG, AcceleratedEncoder
+from .shim import ShimLocation
+
+#: Set by spacy-curated-transformers on the wrapper before every call: whether
+#: the listeners read every layer or only the last one.
+ALL_LAYERS_ATTR = "_all_layer_outputs"
+CONVERT_INPUTS = "convert_inputs"
 
 
-def patch(shim: PyTorchShim, proxy: AcceleratedEncoder) -> None:
-    shim._model = proxy
+@dataclass(frozen=True)
+class PassLayerFlag:
+    """A ``convert_inputs`` that also passes the wrapper's all-layers flag."""
+
+    inner: Callable[..., tuple[ArgsKwargs, Callable[..., Any]]]
+
+    def __call__(self, model: Model, X: Any, is_train: bool) -> tuple[ArgsKwargs, Callable]:
+        inputs, backprop = self.inner(model, X, is_train)
+        flag = bool(model.attrs.get(ALL_LAYERS_ATTR, True))
+        kwargs = {**inputs.kwargs, ALL_LAYERS_KWARG: flag}
+        return ArgsKwargs(args=inputs.args, kwargs=kwargs), backprop
 
 
-def is_patched(shim: PyTorchShim) -> bool:
-    return isinstance(shim._model, AcceleratedEncoder)
+def patch(location: ShimLocation, proxy: AcceleratedEncoder) -> None:
+    convert = location.layer.attrs[CONVERT_INPUTS]
+    if not isinstance(convert, PassLayerFlag):
+        location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
+    location.shim._model = proxy
 
 
-def unpatch(shim: PyTorchShim) -> bool:
+def is_patched(location: ShimLocation) -> bool:
+    return isinstance(location.shim._model, AcceleratedEncoder)
+
+
+def unpatch(location: ShimLocation) -> bool:
     """Put the original module back; return whether there was anything to undo."""
-    proxy = shim._model
+    convert = location.layer.attrs.get(CONVERT_INPUTS)
+    if isinstance(convert, PassLayerFlag):
+        location.layer.attrs[CONVERT_INPUTS] = convert.inner
+    proxy = location.shim._model
     if not isinstance(proxy, AcceleratedEncoder):
         return False
-    shim._model = proxy.original
+    location.shim._model = proxy.original
     return True
+
+
+def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
+    """Return ``location`` to the module it held before this call (proxy or original)."""
+    if isinstance(previous, AcceleratedEncoder):
+        patch(location, previous)
+    else:
+        unpatch(location)

@@ -7,22 +7,24 @@ so the span striding, unpadding and listeners around it run unchanged.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from curated_transformers.models.attention import AttentionMask
 from curated_transformers.models.output import PyTorchTransformerOutput
-from thinc.api import Model
 
 from .architectures.spec import EncoderSpec
+from .config import OptimizeConfig
 from .errors import InferenceOnlyError
-from .exported import ExportedModel
+from .exported import ExportedModel, reopen_session
+from .providers import ResolvedProvider
 from .runtime import EncoderSession
 
-#: Set by spacy-curated-transformers on the wrapper before every call: whether
-#: the listeners read every layer or only the last one.
-ALL_LAYERS_ATTR = "_all_layer_outputs"
+#: Keyword the patched ``convert_inputs`` adds: whether every layer is read.
+ALL_LAYERS_KWARG = "all_layer_outputs"
 
 _RESTORE_HINT = (
     "Call spacy_accelerate.restore(nlp) to put the PyTorch transformer back first, "
@@ -45,26 +47,23 @@ class AcceleratedEncoder(torch.nn.Module):
         session: EncoderSession,
         spec: EncoderSpec,
         original: torch.nn.Module,
-        layer: Model,
         exported: ExportedModel,
     ) -> None:
         super().__init__()
         self.session = session
         self.spec = spec
         self.exported = exported
-        self._layer = layer
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
-
-    def wants_all_layers(self) -> bool:
-        return bool(self._layer.attrs.get(ALL_LAYERS_ATTR, True))
 
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: AttentionMask | None = None,
         token_type_ids: torch.Tensor | None = None,
+        *,
+        all_layer_outputs: bool = True,
     ) -> PyTorchTransformerOutput:
         if self.training and torch.is_grad_enabled():
             raise InferenceOnlyError(
@@ -81,7 +80,7 @@ class AcceleratedEncoder(torch.nn.Module):
         else:
             types = token_type_ids.detach().cpu().numpy().astype(np.int64, copy=False)
 
-        all_layers = self.wants_all_layers()
+        all_layers = all_layer_outputs
         names = self.spec.output_names if all_layers else self.spec.output_names[-1:]
         if ids.size == 0:
             width = self.spec.hidden_width
@@ -99,14 +98,37 @@ class AcceleratedEncoder(torch.nn.Module):
         )
 
     # thinc serialises the shim's module through these: saving writes the
-    # original PyTorch weights (a faithful pipeline), loading new weights into a
+    # original PyTorch weights (a faithful pipeline); loading new weights into a
     # running session would leave it stale, so that is refused.
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         return self.original.state_dict(*args, **kwargs)
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         raise InferenceOnlyError(
-            f"Cannot load new weights into an accelerated transformer. {_RESTORE_HINT}"
+            "Cannot load new weights (nlp.from_disk, from_bytes or training) into an "
+            f"accelerated transformer. {_RESTORE_HINT}"
+        )
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        # Device and dtype moves (nlp.to_gpu, shim.to_device) reach the original,
+        # so that restore() hands back a module where the pipeline expects it.
+        self.original._apply(fn)
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedEncoder:
+        # The session is immutable and thread-safe: copies share it.
+        clone = AcceleratedEncoder(
+            self.session, self.spec, copy.deepcopy(self.original, memo), self.exported
+        )
+        clone.train(self.training)
+        memo[id(self)] = clone
+        return clone
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled proxy reopens its verified cache entry; sessions are never pickled.
+        return (
+            _reopen,
+            (self.original, self.spec, self.exported, self.session.provider, self.session.config),
         )
 
     def extra_repr(self) -> str:
@@ -114,3 +136,14 @@ class AcceleratedEncoder(torch.nn.Module):
             f"family={self.spec.family}, layers={self.spec.num_hidden_layers}, "
             f"provider={self.session.provider.provider.value}, key={self.exported.key[:12]}"
         )
+
+
+def _reopen(
+    original: torch.nn.Module,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+    provider: ResolvedProvider,
+    config: OptimizeConfig,
+) -> AcceleratedEncoder:
+    session = reopen_session(exported, provider, config)
+    return AcceleratedEncoder(session, spec, original, exported)

@@ -25,6 +25,7 @@ class EncoderSession:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         self.model_path = model_path
         self.provider = provider
+        self.config = config
         self._session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=list(provider.ort_providers)
         )

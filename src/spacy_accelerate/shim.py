@@ -15,6 +15,7 @@ from thinc.api import Model
 from thinc.shims import PyTorchShim
 
 from .errors import UnsupportedArchitectureError
+from .proxy import AcceleratedEncoder
 from .validate import TransformerComponent
 
 
@@ -28,7 +29,14 @@ class ShimLocation:
 
     @property
     def module(self) -> torch.nn.Module:
+        """What the shim runs now: the PyTorch module or an accelerated proxy."""
         return self.shim._model
+
+    @property
+    def pytorch_module(self) -> torch.nn.Module:
+        """The PyTorch module, also when a proxy stands in for it."""
+        module = self.shim._model
+        return module.original if isinstance(module, AcceleratedEncoder) else module
 
 
 def find_shim(component: TransformerComponent) -> ShimLocation:

@@ -29,23 +29,30 @@ class TransformerComponent:
     pipe: CuratedTransformerPipe
 
 
-def find_transformer_components(nlp: Language) -> list[TransformerComponent]:
-    """Every transformer component of ``nlp``, disabled ones included.
+def transformer_components(nlp: Language) -> list[TransformerComponent]:
+    """The curated transformer components of ``nlp``, disabled ones included.
 
     Disabled components are included because ``nlp.enable_pipe`` may switch
     them on later, and they must not then run the slow (or a stale) model.
     """
-    found: list[TransformerComponent] = []
-    for name, pipe in nlp.components:
-        if isinstance(pipe, CuratedTransformerPipe):
-            found.append(TransformerComponent(name=name, pipe=pipe))
-        elif nlp.get_pipe_meta(name).factory == SPACY_TRANSFORMERS_FACTORY:
+    return [
+        TransformerComponent(name=name, pipe=pipe)
+        for name, pipe in nlp.components
+        if isinstance(pipe, CuratedTransformerPipe)
+    ]
+
+
+def find_transformer_components(nlp: Language) -> list[TransformerComponent]:
+    """Every transformer component of ``nlp``, or an error saying why there is none to use."""
+    for name in nlp.component_names:
+        if nlp.get_pipe_meta(name).factory == SPACY_TRANSFORMERS_FACTORY:
             raise UnsupportedArchitectureError(
                 f"Component {name!r} comes from spacy-transformers (factory "
                 f"{SPACY_TRANSFORMERS_FACTORY!r}), which this release does not accelerate yet. "
                 f"Supported: components made by the {CURATED_FACTORY!r} factory of "
                 "spacy-curated-transformers (as in en_core_web_trf 3.7 and later)."
             )
+    found = transformer_components(nlp)
     if not found:
         names = ", ".join(f"{n!r} ({nlp.get_pipe_meta(n).factory})" for n in nlp.component_names)
         raise NoTransformerError(
