@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -100,7 +101,7 @@ def main() -> None:
 
     base = tokens / statistics.median(times["pytorch fp32"])
     report = {
-        "shape": vars(args),
+        "shape": {k: v for k, v in vars(args).items() if k != "output"},
         "tokens_per_batch": tokens,
         "torch_threads": torch.get_num_threads(),
         "variants": {
@@ -113,6 +114,9 @@ def main() -> None:
         },
     }
     print(json.dumps(report, indent=2))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

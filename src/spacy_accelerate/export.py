@@ -85,7 +85,13 @@ def export_onnx(model: PreTrainedModel, spec: EncoderSpec, path: Path, *, opset:
                 f"Exporting the {spec.family} encoder to ONNX failed: {error}. Please report this "
                 "with your torch and transformers versions."
             ) from error
-    onnx.checker.check_model(str(path))
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as error:
+        raise ConversionError(
+            f"The exported {spec.family} model is not valid ONNX: {error}. Please report this "
+            "with your torch and onnx versions."
+        ) from error
 
 
 @contextmanager
@@ -123,15 +129,21 @@ def optimize_graph(path: Path, spec: EncoderSpec, provider: ResolvedProvider) ->
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
     with warnings.catch_warnings(), _quiet_optimizer_logs():
         warnings.simplefilter("ignore")
-        optimized = optimize_model(
-            str(path),
-            model_type="bert",
-            num_heads=spec.num_attention_heads,
-            hidden_size=spec.hidden_width,
-            optimization_options=options,
-            opt_level=0,
-            use_gpu=False,
-        )
+        try:
+            optimized = optimize_model(
+                str(path),
+                model_type="bert",
+                num_heads=spec.num_attention_heads,
+                hidden_size=spec.hidden_width,
+                optimization_options=options,
+                opt_level=0,
+                use_gpu=False,
+            )
+        except Exception as error:  # the optimizer raises many unrelated types
+            raise ConversionError(
+                f"ONNX Runtime's transformer optimizer failed on the {spec.family} model: "
+                f"{error}. Please report this with your onnxruntime version."
+            ) from error
         missing = set(spec.output_names) - {out.name for out in optimized.model.graph.output}
         if missing:
             raise ConversionError(

@@ -45,7 +45,9 @@ def detect_architecture(module: torch.nn.Module) -> DetectedEncoder:
         )
     if not isinstance(module, CuratedTransformer):
         raise UnsupportedArchitectureError(
-            f"Expected a curated-transformers CuratedTransformer, found {type(module).__name__}."
+            f"Expected a curated-transformers CuratedTransformer, found {type(module).__name__}. "
+            "spacy-accelerate supports the encoders built by spacy-curated-transformers' "
+            f"architectures ({', '.join(supported_encoders())})."
         )
     encoder = module.curated_encoder
     architecture = ARCHITECTURES.get(type(encoder))

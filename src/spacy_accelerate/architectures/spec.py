@@ -68,7 +68,8 @@ def _single_value(values: set[Any], what: str) -> Any:
     if len(values) != 1:
         raise UnsupportedArchitectureError(
             f"The encoder's layers disagree on {what} ({sorted(values)}); a Hugging Face model "
-            "has one value for all layers, so this encoder cannot be converted."
+            "has one value for all layers, so this encoder cannot be converted. Keep this "
+            "component on PyTorch (do not optimize this pipeline), or report its config."
         )
     return values.pop()
 
@@ -87,11 +88,14 @@ def read_bert_like_spec(
             f"This {family} encoder projects its embeddings "
             f"({embeddings.word_embeddings.embedding_dim} -> "
             f"{embeddings.projection.out_features}), which Hugging Face's {family} model cannot "
-            "represent."
+            "represent; keep this pipeline on PyTorch, or report its config."
         )
     stack: list[BertEncoderLayer] = list(layers)
     if not stack:
-        raise UnsupportedArchitectureError(f"This {family} encoder has no layers.")
+        raise UnsupportedArchitectureError(
+            f"This {family} encoder has no layers, so there is nothing to accelerate; keep the "
+            "pipeline on PyTorch."
+        )
     hidden = embeddings.word_embeddings.embedding_dim
     eps = {embeddings.layer_norm.eps}
     eps |= {layer.attn_output_layernorm.eps for layer in stack}
