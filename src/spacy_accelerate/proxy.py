@@ -80,15 +80,14 @@ class AcceleratedEncoder(torch.nn.Module):
         else:
             types = token_type_ids.detach().cpu().numpy().astype(np.int64, copy=False)
 
-        all_layers = all_layer_outputs
-        names = self.spec.output_names if all_layers else self.spec.output_names[-1:]
+        names = self.spec.output_names if all_layer_outputs else self.spec.output_names[-1:]
         if ids.size == 0:
             width = self.spec.hidden_width
             arrays = [np.zeros((*ids.shape, width), dtype=np.float32) for _ in names]
         else:
             arrays = self.session.run(ids, mask, types, names)
         tensors = [torch.from_numpy(array).to(input_ids.device) for array in arrays]
-        if all_layers:
+        if all_layer_outputs:
             return PyTorchTransformerOutput(
                 embedding_output=tensors[0], layer_hidden_states=tensors[1:]
             )
