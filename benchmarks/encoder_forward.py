@@ -12,7 +12,6 @@ how the CPU provider's fusion choice was made.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from curated_transformers.models.curated_transformer import CuratedTransformer
 from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 
 from spacy_accelerate.architectures import detect_architecture
+from spacy_accelerate.benchmark import write_report
 from spacy_accelerate.config import build_config
 from spacy_accelerate.export import MODEL_FILE, export_onnx, optimize_graph
 from spacy_accelerate.parity import reference_outputs
@@ -113,10 +113,7 @@ def main() -> None:
             for name, t in times.items()
         },
     }
-    print(json.dumps(report, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.output)
 
 
 if __name__ == "__main__":

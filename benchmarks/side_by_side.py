@@ -11,7 +11,6 @@ Quote the ratio, not the absolute numbers: these machines are shared.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import spacy  # noqa: E402
 
-from spacy_accelerate.benchmark import side_by_side  # noqa: E402
+from spacy_accelerate.benchmark import side_by_side, write_report  # noqa: E402
 from spacy_accelerate.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
 from spacy_accelerate.samples.pipelines import SAMPLE_NAMES, ensure_sample  # noqa: E402
@@ -58,10 +57,7 @@ def main() -> None:
         "versions": package_versions(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    print(json.dumps(report, indent=2))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.output)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,13 @@ PyTorch and ONNX Runtime, which costs milliseconds once the cache is warm.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -99,3 +102,12 @@ def side_by_side(
         optimize(nlp, **kwargs)
         result.accelerated_seconds.append(_timed(nlp, texts, batch_size)[0])
     return result
+
+
+def write_report(report: dict[str, Any], output: Path | None) -> None:
+    """Print a benchmark's JSON report and, when asked, keep it under ``output``."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")

@@ -458,28 +458,30 @@ class ModelCache:
             raise TypeError(f"key_inputs must be JSON-serialisable: {err}") from None
 
     def _peek(self, key: str) -> CacheEntry | None:
-        """Lock-free fast path: a complete entry cannot change under us, since writes rename."""
-        folder = self.root / key
-        if not os.path.lexists(folder):
-            return None
-        try:
-            return _verify(folder, key)
-        except _CorruptEntry:
-            return None  # decided again under the lock before evicting
+        """Lock-free fast path: a complete entry cannot change under us, since writes rename.
+
+        A corrupt entry is only reported here; it is decided again under the lock.
+        """
+        return self._verified(key, evict=False)
 
     def _lookup_locked(self, key: str) -> CacheEntry | None:
+        return self._verified(key, evict=True)
+
+    def _verified(self, key: str, *, evict: bool) -> CacheEntry | None:
         folder = self.root / key
         if not os.path.lexists(folder):
             return None
         try:
             return _verify(folder, key)
         except _CorruptEntry as why:
-            self._remove_entry_locked(key)
-            logger.warning(
-                "Evicted corrupt model cache entry %s (%s); it will be rebuilt when next needed.",
-                folder,
-                why,
-            )
+            if evict:
+                self._remove_entry_locked(key)
+                logger.warning(
+                    "Evicted corrupt model cache entry %s (%s); it will be rebuilt when next "
+                    "needed.",
+                    folder,
+                    why,
+                )
             return None
 
     def _remove_entry_locked(self, key: str) -> bool:

@@ -67,21 +67,25 @@ def get_or_export(
     spec = detected.spec
     inputs = key_inputs(module, spec, config.export_options())
     key = cache_key(inputs)
-    built: list[ParityReport] = []
+    built: list[tuple[EncoderSession, ParityReport]] = []
 
     def build(folder: Path) -> None:
         path = folder / MODEL_FILE
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
         optimize_graph(path, spec, provider)
+        # ONNX Runtime holds the whole model in memory, so this session stays
+        # valid after the folder is renamed into the cache: it is served as is.
         session = EncoderSession(path, provider, config)
         report = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
-        built.append(report)
+        built.append((session, report))
 
     result = cache.get_or_build(key, inputs, build)
-    session = EncoderSession(result.entry.file(MODEL_FILE), provider, config)
-    parity = built[0] if built else None
+    if built:
+        session, parity = built[0]
+    else:
+        session, parity = EncoderSession(result.entry.file(MODEL_FILE), provider, config), None
     if parity is None and (config.verify or _recorded_worst(result.entry) > config.tolerance):
         # A hit is checked again unless told not to; and always when it was
         # stored under a looser tolerance than this call asks for.

@@ -23,7 +23,6 @@ class EncoderSession:
         options.intra_op_num_threads = config.intra_op_threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.model_path = model_path
         self.provider = provider
         self.config = config
         self._session = ort.InferenceSession(
