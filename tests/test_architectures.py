@@ -51,13 +51,12 @@ def test_hugging_face_model_matches_every_layer(sample_path: Callable[[str], Pat
     module = curated(sample_path, name).eval()
     detected = detect_architecture(module)
     hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
-    ids = verification_batch(detected.spec, window=64)
+    inputs = verification_batch(detected.spec, window=64)
+    ids = torch.from_numpy(inputs.input_ids)
     mask = ids.ne(detected.spec.padding_idx)
     with torch.no_grad():
         expected = module(ids).all_outputs
-        actual = hf_model(
-            input_ids=ids, attention_mask=mask.long(), output_hidden_states=True
-        ).hidden_states
+        actual = hf_model(**inputs.as_torch(detected.spec), output_hidden_states=True).hidden_states
     assert len(actual) == len(expected) == detected.spec.num_hidden_layers + 1
     for got, want in zip(actual, expected, strict=True):
         assert torch.max(torch.abs(got[mask] - want[mask])) < 1e-5

@@ -11,9 +11,9 @@ import pytest
 import spacy
 import torch
 from annotations import last_hidden
-from curated_transformers.models.albert import AlbertConfig, AlbertEncoder
 from curated_transformers.models.curated_transformer import CuratedTransformer
 from spacy.training import Example
+from transformers import BertConfig, BertModel, MPNetConfig, MPNetModel
 
 import spacy_accelerate
 from spacy_accelerate import (
@@ -56,17 +56,42 @@ def test_no_transformer_names_the_components_found():
         spacy_accelerate.optimize(nlp, provider="cpu")
 
 
+class HomeMadeEncoder(torch.nn.Module):
+    """An encoder no converter knows."""
+
+
 def test_unsupported_encoder_names_the_supported_ones():
-    config = AlbertConfig(
-        embedding_width=8,
-        hidden_width=16,
-        intermediate_width=20,
-        num_attention_heads=2,
-        num_hidden_layers=1,
+    with pytest.raises(
+        UnsupportedArchitectureError, match="HomeMadeEncoder is not supported yet.*AlbertEncoder"
+    ):
+        detect_architecture(CuratedTransformer(HomeMadeEncoder()))
+
+
+def test_unsupported_hugging_face_model_names_the_supported_ones():
+    config = MPNetConfig(
         vocab_size=30,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
     )
-    with pytest.raises(UnsupportedArchitectureError, match="BertEncoder, RobertaEncoder"):
-        detect_architecture(CuratedTransformer(AlbertEncoder(config)))
+    with pytest.raises(
+        UnsupportedArchitectureError, match="MPNetModel is not supported yet.*DistilBertModel"
+    ):
+        detect_architecture(MPNetModel(config))
+
+
+def test_a_model_asked_for_attention_weights_is_refused():
+    config = BertConfig(
+        vocab_size=30,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
+        output_attentions=True,
+    )
+    with pytest.raises(UnsupportedArchitectureError, match="output_attentions"):
+        detect_architecture(BertModel(config))
 
 
 @pytest.mark.parametrize(
@@ -74,7 +99,7 @@ def test_unsupported_encoder_names_the_supported_ones():
     [
         ({"provider": "gpu"}, "Unknown provider 'gpu'. Valid values: 'auto', 'cpu', 'cuda'"),
         ({"precision": "fp8"}, "Unknown precision 'fp8'. Valid values: 'fp32', 'fp16', 'bf16'"),
-        ({"provider": "cpu", "precision": "int8"}, "provider='cpu' with precision='fp32'"),
+        ({"provider": "cpu", "precision": "fp16"}, "provider='cpu' with precision='int8'"),
         ({"tolerance": 2.0}, "tolerance must be a number between 0 and 1"),
         ({"threads": 0}, "threads must be a positive integer"),
     ],

@@ -10,6 +10,7 @@ from .cache import default_cache_dir
 from .cached import CachedModel, cache_size, clear_cache, list_cached
 from .config import OptimizeConfig, Precision, Provider
 from .errors import (
+    AccuracyError,
     CacheError,
     ConversionError,
     InferenceOnlyError,
@@ -22,6 +23,7 @@ from .errors import (
 
 __all__ = [
     "__version__",
+    "AccuracyError",
     "CacheError",
     "CachedModel",
     "ConversionError",

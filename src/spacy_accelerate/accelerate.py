@@ -8,11 +8,11 @@ from spacy.language import Language
 
 from .architectures import detect_architecture
 from .cache import ModelCache
-from .config import DEFAULT_TOLERANCE, Precision, Provider, build_config
+from .config import DEFAULT_MIN_COSINE, DEFAULT_TOLERANCE, Precision, Provider, build_config
 from .exported import get_or_export
 from .patch import is_patched, patch, revert, unpatch
 from .providers import check_provider
-from .proxy import AcceleratedEncoder
+from .proxy import AcceleratedModule, make_proxy
 from .shim import find_shim, find_span_settings
 from .validate import find_transformer_components, transformer_components
 from .warmup import warm_up
@@ -27,6 +27,7 @@ def optimize(
     warmup: bool = True,
     verify: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
+    min_cosine: float = DEFAULT_MIN_COSINE,
     threads: int | None = None,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
@@ -46,6 +47,7 @@ def optimize(
         warmup=warmup,
         verify=verify,
         tolerance=tolerance,
+        min_cosine=min_cosine,
         threads=threads,
     )
     resolved = check_provider(config)  # 5. check the provider
@@ -58,7 +60,7 @@ def optimize(
             session, exported = get_or_export(  # 6. get or export the ONNX model
                 module, detected, config, resolved, cache, window=spans.window
             )
-            proxy = AcceleratedEncoder(session, detected.spec, module, exported)  # 7. proxy
+            proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
             patch(location, proxy)  # 8. patch
             if config.warmup:
                 warm_up(proxy, spans)  # 9. warm up
@@ -69,12 +71,12 @@ def optimize(
     return nlp
 
 
-def accelerated_components(nlp: Language) -> dict[str, AcceleratedEncoder]:
+def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
     """The accelerated transformer modules of ``nlp``, by component name."""
-    found: dict[str, AcceleratedEncoder] = {}
+    found: dict[str, AcceleratedModule] = {}
     for component in transformer_components(nlp):
         module = find_shim(component).module
-        if isinstance(module, AcceleratedEncoder):
+        if isinstance(module, AcceleratedModule):
             found[component.name] = module
     return found
 

@@ -8,12 +8,14 @@ cache key is computed from exactly the values that shaped the exported file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from .errors import InvalidOptionError
+from .gate import Gate
+from .quantize import DEFAULT_INT8_RECIPE, Int8Recipe
 
 
 class Provider(str, Enum):
@@ -38,12 +40,16 @@ class Precision(str, Enum):
 #: The provider/precision pairs this release serves. Others are rejected with a
 #: clear error instead of being half-supported.
 SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(
-    {(Provider.CPU, Precision.FP32)}
+    {(Provider.CPU, Precision.FP32), (Provider.CPU, Precision.INT8)}
 )
 
 #: The fp32 parity gate of DESIGN.md: the largest allowed absolute difference
 #: between a hidden state of the exported model and of the PyTorch module.
 DEFAULT_TOLERANCE = 1e-4
+
+#: The gate of reduced precisions: the smallest allowed cosine similarity
+#: between one token's hidden state and PyTorch's fp32 one.
+DEFAULT_MIN_COSINE = 0.99
 
 #: ONNX opset used by the exporter; part of the cache key.
 DEFAULT_OPSET = 17
@@ -91,16 +97,27 @@ class OptimizeConfig:
     verify: bool
     tolerance: float
     intra_op_threads: int
+    min_cosine: float = DEFAULT_MIN_COSINE
     opset: int = DEFAULT_OPSET
+    int8: Int8Recipe = DEFAULT_INT8_RECIPE
 
     def export_options(self) -> dict[str, Any]:
         """The options that change the exported file, hence part of the cache key."""
-        return {
+        options: dict[str, Any] = {
             "provider": self.provider.value,
             "precision": self.precision.value,
             "opset": self.opset,
             "fixed_shapes": None,
         }
+        if self.precision is Precision.INT8:
+            options["int8"] = asdict(self.int8)
+        return options
+
+    def gate(self) -> Gate:
+        """fp32 must match PyTorch within ``tolerance``; int8 must keep ``min_cosine``."""
+        if self.precision is Precision.FP32:
+            return Gate(max_abs_diff=self.tolerance)
+        return Gate(min_cosine=self.min_cosine)
 
 
 def build_config(
@@ -111,6 +128,7 @@ def build_config(
     warmup: bool = True,
     verify: bool = True,
     tolerance: float = DEFAULT_TOLERANCE,
+    min_cosine: float = DEFAULT_MIN_COSINE,
     threads: int | None = None,
 ) -> OptimizeConfig:
     """Validate the user's options; ``provider`` may still be ``auto`` here.
@@ -125,6 +143,11 @@ def build_config(
             f"tolerance must be a number between 0 and 1, got {tolerance!r}; the default "
             f"is {DEFAULT_TOLERANCE}."
         )
+    if not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
+        raise InvalidOptionError(
+            f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
+            f"{DEFAULT_MIN_COSINE}."
+        )
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
     return OptimizeConfig(
@@ -134,6 +157,7 @@ def build_config(
         warmup=bool(warmup),
         verify=bool(verify),
         tolerance=float(tolerance),
+        min_cosine=float(min_cosine),
         intra_op_threads=threads if threads is not None else _default_threads(),
     )
 

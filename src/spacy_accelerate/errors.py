@@ -40,3 +40,7 @@ class CacheError(SpacyAccelerateError, OSError):
 
 class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
     """A training call reached an accelerated (inference-only) transformer."""
+
+
+class AccuracyError(SpacyAccelerateError, RuntimeError):
+    """A reduced-precision model lost more accuracy than the gate allows, so it is not served."""

@@ -1,8 +1,9 @@
 """Step 6 (build half): Hugging Face model -> ONNX file with every hidden state.
 
-The exported graph takes ``input_ids``, ``attention_mask`` and
-``token_type_ids`` with dynamic batch and sequence axes and returns the
-embedding output followed by every layer's hidden state, so one file serves
+The exported graph takes ``input_ids``, ``attention_mask`` and (where the
+model has token types) ``token_type_ids`` with dynamic batch and sequence
+axes and returns the embedding output followed by every layer's hidden state
+(and the pooled output where the model has a pooler), so one file serves
 both last-layer and all-layer listeners. ONNX Runtime's transformer optimizer
 then fuses attention, layer norms and GELU for the target provider.
 """
@@ -15,11 +16,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 from transformers import PreTrainedModel
 
-from .architectures.spec import EncoderSpec
+from .architectures.spec import POOLER_OUTPUT, EncoderSpec
+from .encoder_inputs import EncoderInputs
 from .errors import ConversionError
 from .providers import ResolvedProvider
 
@@ -28,52 +31,49 @@ logger = logging.getLogger("spacy_accelerate")
 MODEL_FILE = "model.onnx"
 #: Bumped whenever conversion or export changes what is written, so that
 #: entries made by older code (even of the same release) are not reused.
-EXPORT_FORMAT_VERSION = 2
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+EXPORT_FORMAT_VERSION = 3
 
 
-class _AllHiddenStates(torch.nn.Module):
-    """Adapts a Hugging Face encoder to return a flat tuple of hidden states."""
+class _AllOutputs(torch.nn.Module):
+    """Adapts a Hugging Face encoder to positional inputs and a flat tuple of outputs."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, spec: EncoderSpec) -> None:
         super().__init__()
         self.model = model
+        self.input_names = spec.input_names
+        self.has_pooler = spec.has_pooler
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            output_hidden_states=True,
-            return_dict=True,
-        )
-        return tuple(output.hidden_states)
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kwargs = dict(zip(self.input_names, inputs, strict=True))
+        output = self.model(**kwargs, output_hidden_states=True, return_dict=True)
+        pooled = (output.pooler_output,) if self.has_pooler else ()
+        return (*output.hidden_states, *pooled)
 
 
 def _example_inputs(spec: EncoderSpec) -> tuple[torch.Tensor, ...]:
     # Two rows of different lengths, so that the traced graph keeps the mask path.
     length = min(8, spec.max_position_embeddings - spec.padding_idx - 1)
     token = (spec.padding_idx + 1) % spec.vocab_size
-    input_ids = torch.full((2, length), token, dtype=torch.long)
-    input_ids[1, length // 2 :] = spec.padding_idx
-    attention_mask = input_ids.ne(spec.padding_idx).long()
-    return input_ids, attention_mask, torch.zeros_like(input_ids)
+    ids = np.full((2, length), token, dtype=np.int64)
+    ids[1, length // 2 :] = spec.padding_idx
+    inputs = EncoderInputs.from_ids(ids, spec.padding_idx).as_torch(spec)
+    return tuple(inputs.values())
 
 
 def export_onnx(model: PreTrainedModel, spec: EncoderSpec, path: Path, *, opset: int) -> None:
     """Trace ``model`` to an ONNX file at ``path``."""
     axes = {0: "batch", 1: "sequence"}
-    dynamic_axes = {name: axes for name in (*INPUT_NAMES, *spec.output_names)}
+    dynamic_axes = {name: axes for name in (*spec.input_names, *spec.hidden_state_names)}
+    if spec.has_pooler:
+        dynamic_axes[POOLER_OUTPUT] = {0: "batch"}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(
-                _AllHiddenStates(model).eval(),
+                _AllOutputs(model, spec).eval(),
                 _example_inputs(spec),
                 str(path),
-                input_names=list(INPUT_NAMES),
+                input_names=list(spec.input_names),
                 output_names=list(spec.output_names),
                 dynamic_axes=dynamic_axes,
                 opset_version=opset,
@@ -96,7 +96,8 @@ def export_onnx(model: PreTrainedModel, spec: EncoderSpec, path: Path, *, opset:
 
 @contextmanager
 def _quiet_optimizer_logs() -> Iterator[None]:
-    """ONNX Runtime's optimizer logs every fusion at INFO on the root handlers; keep it quiet."""
+    """ONNX Runtime's optimizer logs every fusion at INFO, and fusions it skips at WARNING,
+    on the root handlers; keep it quiet: the parity gate judges the result."""
     loggers = [logging.getLogger(name) for name in ("onnx_model", "onnx_model_bert", "fusion_base")]
     loggers += [
         logging.getLogger(name)
@@ -105,7 +106,7 @@ def _quiet_optimizer_logs() -> Iterator[None]:
     ]
     levels = [log.level for log in loggers]
     for log in loggers:
-        log.setLevel(logging.WARNING)
+        log.setLevel(logging.ERROR)
     try:
         yield
     finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +17,16 @@ from pathlib import Path
 import torch
 
 from .architectures import DetectedEncoder
+from .architectures.spec import EncoderSpec
 from .cache import CacheEntry, ModelCache
-from .config import OptimizeConfig
+from .config import OptimizeConfig, Precision
 from .errors import CacheError
 from .export import MODEL_FILE, export_onnx, optimize_graph
 from .fingerprint import cache_key, key_inputs
+from .gate import Gate, recorded_report_meets
 from .parity import ParityReport, check_parity
 from .providers import ResolvedProvider
+from .quantize import quantize_int8
 from .runtime import EncoderSession
 
 logger = logging.getLogger("spacy_accelerate")
@@ -44,13 +46,25 @@ class ExportedModel:
     parity: ParityReport | None
 
 
-def _recorded_worst(entry: CacheEntry) -> float:
-    """The parity the entry was stored with; infinity when it is not on record."""
+def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
+    """Whether the parity the entry was stored with proves ``gate``; False if not on record."""
     try:
         report = json.loads(entry.file(PARITY_FILE).read_text())
-        return float(max(report["max_abs_diff"]))
-    except (KeyError, ValueError, TypeError, OSError):
-        return math.inf
+    except (ValueError, OSError):
+        return False
+    return recorded_report_meets(report, gate)
+
+
+def _finish_graph(
+    path: Path, spec: EncoderSpec, config: OptimizeConfig, provider: ResolvedProvider
+) -> None:
+    """Fusions for the provider, then the precision conversion asked for."""
+    if config.precision is Precision.INT8:
+        if config.int8.fuse_first:
+            optimize_graph(path, spec, provider)
+        quantize_int8(path, config.int8)
+    else:
+        optimize_graph(path, spec, provider)
 
 
 def get_or_export(
@@ -69,15 +83,18 @@ def get_or_export(
     key = cache_key(inputs)
     built: list[tuple[EncoderSession, ParityReport]] = []
 
+    gate = config.gate()
+
     def build(folder: Path) -> None:
         path = folder / MODEL_FILE
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
-        optimize_graph(path, spec, provider)
+        del hf_model
+        _finish_graph(path, spec, config, provider)
         # ONNX Runtime holds the whole model in memory, so this session stays
         # valid after the folder is renamed into the cache: it is served as is.
         session = EncoderSession(path, provider, config)
-        report = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
+        report = check_parity(module, detected, session, window=window, gate=gate)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
         built.append((session, report))
 
@@ -86,10 +103,10 @@ def get_or_export(
         session, parity = built[0]
     else:
         session, parity = EncoderSession(result.entry.file(MODEL_FILE), provider, config), None
-    if parity is None and (config.verify or _recorded_worst(result.entry) > config.tolerance):
+    if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
-        # stored under a looser tolerance than this call asks for.
-        parity = check_parity(module, session, spec, window=window, tolerance=config.tolerance)
+        # stored under a looser gate than this call asks for.
+        parity = check_parity(module, detected, session, window=window, gate=gate)
     exported = ExportedModel(
         key=key,
         path=result.entry.path,
@@ -98,12 +115,15 @@ def get_or_export(
         parity=parity,
     )
     logger.info(
-        "%s %s encoder (key %s) in %.2f s; parity max abs diff %s",
+        "%s %s %s encoder (key %s) in %.2f s; parity %s",
         "loaded cached" if exported.cache_hit else "exported",
+        config.precision.value,
         spec.family,
         key[:12],
         exported.seconds,
-        f"{parity.worst:.2e}" if parity else "not checked",
+        f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+        if parity
+        else "not checked",
     )
     return session, exported
 

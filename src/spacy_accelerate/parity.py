@@ -1,30 +1,38 @@
-"""The parity gate: prove the exported model equals the PyTorch module before serving it.
+"""The accuracy gate: prove the exported model matches the PyTorch module before serving it.
 
-The check runs both on one padded batch of mixed lengths (the way spaCy
-calls the transformer), compares every output at the positions spaCy keeps
-(padding is stripped by spaCy), and refuses the model with the measured
-numbers when any difference exceeds the tolerance. It never warns and
-carries on.
+Both run on one padded batch of mixed lengths (the way spaCy calls the
+transformer); every output is compared at the positions spaCy keeps
+(padding is stripped by spaCy). fp32 must match within an absolute
+tolerance; a reduced precision must keep every token's hidden state
+pointing the same way (cosine similarity). A failure refuses the model with
+the measured numbers: it never warns and carries on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
-from .errors import ConversionError
+from .encoder_inputs import EncoderInputs
+from .errors import AccuracyError, ConversionError
+from .gate import Gate
 from .runtime import EncoderSession
 
 
 @dataclass(frozen=True)
 class ParityReport:
-    """Largest absolute difference per output (embedding output first)."""
+    """Per output (embedding output first): the largest absolute difference and the
+    smallest cosine similarity of one token's vector to PyTorch's."""
 
+    outputs: tuple[str, ...]
     max_abs_diff: tuple[float, ...]
-    tolerance: float
+    min_cosine: tuple[float, ...]
+    gate: Gate
     batch_shape: tuple[int, int]
 
     @property
@@ -32,18 +40,28 @@ class ParityReport:
         return max(self.max_abs_diff)
 
     @property
-    def passed(self) -> bool:
-        return self.worst <= self.tolerance
+    def worst_cosine(self) -> float:
+        return min(self.min_cosine)
 
-    def as_dict(self) -> dict[str, object]:
+    @property
+    def passed(self) -> bool:
+        return self.gate.accepts(self.worst, self.worst_cosine)
+
+    def as_dict(self) -> dict[str, Any]:
         return {
+            "outputs": list(self.outputs),
             "max_abs_diff": list(self.max_abs_diff),
-            "tolerance": self.tolerance,
+            "min_cosine": list(self.min_cosine),
+            "gate": {"max_abs_diff": self.gate.max_abs_diff, "min_cosine": self.gate.min_cosine},
             "batch_shape": list(self.batch_shape),
         }
 
+    def per_output(self) -> str:
+        rows = zip(self.outputs, self.max_abs_diff, self.min_cosine, strict=True)
+        return ", ".join(f"{name}: abs {diff:.3g} cos {cos:.5f}" for name, diff, cos in rows)
 
-def verification_batch(spec: EncoderSpec, window: int, *, seed: int = 0) -> torch.Tensor:
+
+def verification_batch(spec: EncoderSpec, window: int, *, seed: int = 0) -> EncoderInputs:
     """Random piece ids, padded with the encoder's own ``padding_idx``, rows of mixed lengths."""
     # RoBERTa counts positions from padding_idx + 1, so this bounds every family.
     positions = spec.max_position_embeddings - spec.padding_idx - 1
@@ -59,47 +77,81 @@ def verification_batch(spec: EncoderSpec, window: int, *, seed: int = 0) -> torc
     # may emit it from text); a graph that assumes trailing padding must fail here.
     if longest >= 4:
         ids[0, longest // 2 : longest // 2 + 2] = spec.padding_idx
-    return ids
+    return EncoderInputs.from_ids(ids.numpy(), spec.padding_idx)
 
 
-def reference_outputs(module: torch.nn.Module, input_ids: torch.Tensor) -> list[np.ndarray]:
-    """The PyTorch module's outputs, in eval mode, called as thinc calls it."""
+def reference_outputs(
+    module: torch.nn.Module, detected: DetectedEncoder, inputs: EncoderInputs
+) -> list[np.ndarray]:
+    """The PyTorch module's outputs in eval mode, called as spaCy calls it."""
     was_training = module.training
     module.eval()
     try:
-        with torch.no_grad():
-            output = module(input_ids)
+        return detected.architecture.reference_outputs(module, inputs, detected.spec)
     finally:
         module.train(was_training)
-    return [tensor.detach().cpu().float().numpy() for tensor in output.all_outputs]
+
+
+def _token_cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(e, axis=-1)
+    dots = np.sum(a * e, axis=-1)
+    # Two zero vectors agree perfectly; one zero vector against another does not.
+    both_zero = norms == 0
+    return np.where(both_zero, np.where(np.all(a == e, axis=-1), 1.0, 0.0), dots / (norms + 1e-30))
+
+
+def compare(
+    actual: list[np.ndarray],
+    expected: list[np.ndarray],
+    spec: EncoderSpec,
+    inputs: EncoderInputs,
+    gate: Gate,
+) -> ParityReport:
+    """Measure ``actual`` against ``expected`` where spaCy reads them (real pieces only)."""
+    mask = inputs.attention_mask.astype(bool)
+    diffs, cosines = [], []
+    for a, e in zip(actual, expected, strict=True):
+        kept_a, kept_e = (a[mask], e[mask]) if a.ndim == 3 else (a, e)
+        diffs.append(float(np.max(np.abs(kept_a - kept_e))) if kept_a.size else 0.0)
+        cosines.append(float(np.min(_token_cosines(kept_a, kept_e))) if kept_a.size else 1.0)
+    return ParityReport(
+        outputs=spec.output_names,
+        max_abs_diff=tuple(diffs),
+        min_cosine=tuple(cosines),
+        gate=gate,
+        batch_shape=inputs.shape,
+    )
 
 
 def check_parity(
     module: torch.nn.Module,
+    detected: DetectedEncoder,
     session: EncoderSession,
-    spec: EncoderSpec,
     *,
     window: int,
-    tolerance: float,
+    gate: Gate,
 ) -> ParityReport:
-    """Compare ``session`` with ``module``; raise :class:`ConversionError` on a mismatch."""
-    input_ids = verification_batch(spec, window)
-    expected = reference_outputs(module, input_ids)
-    ids = input_ids.numpy()
-    mask = ids != spec.padding_idx
-    actual = session.run(ids, mask.astype(np.int64), np.zeros_like(ids), spec.output_names)
-    diffs = tuple(
-        float(np.max(np.abs(a[mask] - e[mask]))) for a, e in zip(actual, expected, strict=True)
+    """Compare ``session`` with ``module``; raise when the gate is not met."""
+    spec = detected.spec
+    inputs = verification_batch(spec, window)
+    expected = reference_outputs(module, detected, inputs)
+    actual = session.run(inputs, spec.output_names)
+    report = compare(actual, expected, spec, inputs, gate)
+    if report.passed:
+        return report
+    if gate.min_cosine is not None:
+        raise AccuracyError(
+            f"The reduced-precision {spec.family} model drifts too far from the PyTorch module: "
+            f"smallest token cosine similarity {report.worst_cosine:.5f} < {gate.min_cosine:g} "
+            f"(largest absolute difference {report.worst:.3g}) on a padded batch of shape "
+            f"{report.batch_shape} ({report.per_output()}). It was not served; the pipeline is "
+            "unchanged. Use precision='fp32', or lower min_cosine if this accuracy is enough "
+            "for you."
+        )
+    raise ConversionError(
+        f"The exported {spec.family} model does not match the PyTorch module: largest "
+        f"absolute difference {report.worst:.3g} > tolerance {gate.max_abs_diff:g} on a padded "
+        f"batch of shape {report.batch_shape} ({report.per_output()}). The model was not "
+        "served; the pipeline is unchanged. Please report this with your package versions."
     )
-    report = ParityReport(max_abs_diff=diffs, tolerance=tolerance, batch_shape=tuple(ids.shape))
-    if not report.passed:
-        per_output = ", ".join(
-            f"{name}={diff:.3g}" for name, diff in zip(spec.output_names, diffs, strict=True)
-        )
-        raise ConversionError(
-            f"The exported {spec.family} model does not match the PyTorch module: largest "
-            f"absolute difference {report.worst:.3g} > tolerance {tolerance:g} on a padded batch "
-            f"of shape {report.batch_shape} ({per_output}). The model was not served; the "
-            "pipeline is unchanged. Please report this with your package versions."
-        )
-    return report

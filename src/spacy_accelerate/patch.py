@@ -19,7 +19,7 @@ import torch
 from thinc.api import Model
 from thinc.types import ArgsKwargs
 
-from .proxy import ALL_LAYERS_KWARG, AcceleratedEncoder
+from .proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 from .shim import ShimLocation
 
 #: Set by spacy-curated-transformers on the wrapper before every call: whether
@@ -41,15 +41,17 @@ class PassLayerFlag:
         return ArgsKwargs(args=inputs.args, kwargs=kwargs), backprop
 
 
-def patch(location: ShimLocation, proxy: AcceleratedEncoder) -> None:
+def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
+    # Only curated encoders take the flag; spacy-transformers' models read
+    # output_hidden_states from their own config.
     convert = location.layer.attrs[CONVERT_INPUTS]
-    if not isinstance(convert, PassLayerFlag):
+    if isinstance(proxy, AcceleratedEncoder) and not isinstance(convert, PassLayerFlag):
         location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
     location.shim._model = proxy
 
 
 def is_patched(location: ShimLocation) -> bool:
-    return isinstance(location.shim._model, AcceleratedEncoder)
+    return isinstance(location.shim._model, AcceleratedModule)
 
 
 def unpatch(location: ShimLocation) -> bool:
@@ -58,7 +60,7 @@ def unpatch(location: ShimLocation) -> bool:
     if isinstance(convert, PassLayerFlag):
         location.layer.attrs[CONVERT_INPUTS] = convert.inner
     proxy = location.shim._model
-    if not isinstance(proxy, AcceleratedEncoder):
+    if not isinstance(proxy, AcceleratedModule):
         return False
     location.shim._model = proxy.original
     return True
@@ -66,7 +68,7 @@ def unpatch(location: ShimLocation) -> bool:
 
 def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
     """Return ``location`` to the module it held before this call (proxy or original)."""
-    if isinstance(previous, AcceleratedEncoder):
+    if isinstance(previous, AcceleratedModule):
         patch(location, previous)
     else:
         unpatch(location)

@@ -1,24 +1,36 @@
-"""Step 7: the torch module that stands in for the curated transformer.
+"""Step 7: the torch module that stands in for the PyTorch transformer.
 
-spaCy's thinc wrapper calls the shim's module with padded ``input_ids`` and
-reads a ``PyTorchTransformerOutput``; this module keeps that contract exactly,
-so the span striding, unpadding and listeners around it run unchanged.
+spaCy's thinc wrapper calls the shim's module and reads its output; each
+proxy keeps the contract of the module it replaces exactly, so the span
+striding, tokenization, unpadding and listeners around it run unchanged:
+
+- :class:`AcceleratedEncoder` for spacy-curated-transformers: padded
+  ``input_ids`` in, ``PyTorchTransformerOutput`` out;
+- :class:`AcceleratedHFModel` for spacy-transformers: a Hugging Face model's
+  keyword inputs in, the same ``ModelOutput`` class with the same fields out
+  (``last_hidden_state``, ``pooler_output`` where the model has a pooler,
+  ``hidden_states`` where the config asks for them).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import singledispatch
 from typing import Any
 
 import numpy as np
 import torch
 from curated_transformers.models.attention import AttentionMask
+from curated_transformers.models.curated_transformer import CuratedTransformer
 from curated_transformers.models.output import PyTorchTransformerOutput
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
 
-from .architectures.spec import EncoderSpec
+from .architectures.spec import POOLER_OUTPUT, EncoderSpec
 from .config import OptimizeConfig
-from .errors import InferenceOnlyError
+from .encoder_inputs import EncoderInputs
+from .errors import InferenceOnlyError, UnsupportedArchitectureError
 from .exported import ExportedModel, reopen_session
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
@@ -26,7 +38,7 @@ from .runtime import EncoderSession
 #: Keyword the patched ``convert_inputs`` adds: whether every layer is read.
 ALL_LAYERS_KWARG = "all_layer_outputs"
 
-_RESTORE_HINT = (
+RESTORE_HINT = (
     "Call spacy_accelerate.restore(nlp) to put the PyTorch transformer back first, "
     "then optimize() again after training."
 )
@@ -39,8 +51,12 @@ def _unrequested() -> torch.Tensor:
     return torch.empty(0)
 
 
-class AcceleratedEncoder(torch.nn.Module):
-    """A ``CuratedTransformer`` look-alike backed by an ONNX Runtime session."""
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().cpu().numpy().astype(np.int64, copy=False)
+
+
+class AcceleratedModule(torch.nn.Module):
+    """What both proxies share: the session, the original module, and their lifecycle."""
 
     def __init__(
         self,
@@ -57,6 +73,74 @@ class AcceleratedEncoder(torch.nn.Module):
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
 
+    def _check_inference(self) -> None:
+        if self.training and torch.is_grad_enabled():
+            raise InferenceOnlyError(
+                "This transformer has been accelerated by spacy-accelerate and is inference-only; "
+                f"it cannot be trained. {RESTORE_HINT}"
+            )
+
+    def _run(self, inputs: EncoderInputs, names: Sequence[str]) -> list[np.ndarray]:
+        if inputs.input_ids.size == 0:
+            width = self.spec.hidden_width
+            batch = inputs.input_ids.shape[0]
+            return [
+                np.zeros((batch, width) if name == POOLER_OUTPUT else (*inputs.shape, width), "f")
+                for name in names
+            ]
+        return self.session.run(inputs, names)
+
+    # thinc serialises the shim's module through these: saving writes the
+    # original PyTorch weights (a faithful pipeline); loading new weights into a
+    # running session would leave it stale, so that is refused.
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.original.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        raise InferenceOnlyError(
+            "Cannot load new weights (from_disk, from_bytes or training) into an accelerated "
+            f"transformer. {RESTORE_HINT}"
+        )
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        # Device and dtype moves (nlp.to_gpu, shim.to_device) reach the original,
+        # so that restore() hands back a module where the pipeline expects it.
+        self.original._apply(fn)
+        return self
+
+    def _rebuild_args(self) -> tuple[Any, ...]:
+        """Constructor arguments after ``(session, spec, original, exported)``."""
+        return ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedModule:
+        # The session is immutable and thread-safe: copies share it.
+        clone = type(self)(
+            self.session,
+            self.spec,
+            copy.deepcopy(self.original, memo),
+            self.exported,
+            *self._rebuild_args(),
+        )
+        clone.train(self.training)
+        memo[id(self)] = clone
+        return clone
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled proxy reopens its verified cache entry; sessions are never pickled.
+        state = (self.original, self.spec, self.exported, self.session.provider)
+        return (_reopen, (type(self), *state, self.session.config, self._rebuild_args()))
+
+    def extra_repr(self) -> str:
+        return (
+            f"family={self.spec.family}, layers={self.spec.num_hidden_layers}, "
+            f"provider={self.session.provider.provider.value}, "
+            f"precision={self.session.config.precision.value}, key={self.exported.key[:12]}"
+        )
+
+
+class AcceleratedEncoder(AcceleratedModule):
+    """A ``CuratedTransformer`` look-alike backed by an ONNX Runtime session."""
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -65,27 +149,18 @@ class AcceleratedEncoder(torch.nn.Module):
         *,
         all_layer_outputs: bool = True,
     ) -> PyTorchTransformerOutput:
-        if self.training and torch.is_grad_enabled():
-            raise InferenceOnlyError(
-                "This transformer has been accelerated by spacy-accelerate and is inference-only; "
-                f"it cannot be trained. {_RESTORE_HINT}"
-            )
-        ids = input_ids.detach().cpu().numpy().astype(np.int64, copy=False)
-        if attention_mask is None:
-            mask = (ids != self.spec.padding_idx).astype(np.int64)
-        else:
-            mask = attention_mask.bool_mask.detach().cpu().numpy().astype(np.int64)
-        if token_type_ids is None:
-            types = np.zeros_like(ids)
-        else:
-            types = token_type_ids.detach().cpu().numpy().astype(np.int64, copy=False)
+        self._check_inference()
+        inputs = EncoderInputs.from_ids(_numpy(input_ids), self.spec.padding_idx)
+        if attention_mask is not None or token_type_ids is not None:
+            mask = inputs.attention_mask
+            if attention_mask is not None:
+                mask = attention_mask.bool_mask.detach().cpu().numpy().astype(np.int64)
+                mask = mask.reshape(inputs.shape)
+            types = inputs.token_type_ids if token_type_ids is None else _numpy(token_type_ids)
+            inputs = EncoderInputs(inputs.input_ids, mask, types)
 
-        names = self.spec.output_names if all_layer_outputs else self.spec.output_names[-1:]
-        if ids.size == 0:
-            width = self.spec.hidden_width
-            arrays = [np.zeros((*ids.shape, width), dtype=np.float32) for _ in names]
-        else:
-            arrays = self.session.run(ids, mask, types, names)
+        hidden = self.spec.hidden_state_names
+        arrays = self._run(inputs, hidden if all_layer_outputs else hidden[-1:])
         tensors = [torch.from_numpy(array).to(input_ids.device) for array in arrays]
         if all_layer_outputs:
             return PyTorchTransformerOutput(
@@ -96,53 +171,119 @@ class AcceleratedEncoder(torch.nn.Module):
             embedding_output=_unrequested(), layer_hidden_states=[*skipped, tensors[-1]]
         )
 
-    # thinc serialises the shim's module through these: saving writes the
-    # original PyTorch weights (a faithful pipeline); loading new weights into a
-    # running session would leave it stale, so that is refused.
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self.original.state_dict(*args, **kwargs)
 
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        raise InferenceOnlyError(
-            "Cannot load new weights (nlp.from_disk, from_bytes or training) into an "
-            f"accelerated transformer. {_RESTORE_HINT}"
+class AcceleratedHFModel(AcceleratedModule):
+    """A Hugging Face ``PreTrainedModel`` look-alike backed by an ONNX Runtime session."""
+
+    def __init__(
+        self,
+        session: EncoderSession,
+        spec: EncoderSpec,
+        original: torch.nn.Module,
+        exported: ExportedModel,
+        output_type: type[ModelOutput],
+    ) -> None:
+        super().__init__(session, spec, original, exported)
+        self.output_type = output_type
+
+    @property
+    def config(self) -> Any:
+        return self.original.config
+
+    def _rebuild_args(self) -> tuple[Any, ...]:
+        return (self.output_type,)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> ModelOutput | tuple[Any, ...]:
+        self._check_inference()
+        config = self.original.config
+        if output_attentions or (output_attentions is None and config.output_attentions):
+            raise UnsupportedArchitectureError(
+                "The accelerated transformer cannot return attention weights (they are computed "
+                "in fused kernels). Call it without output_attentions, or restore() the pipeline."
+            )
+        ids = _numpy(input_ids)
+        mask = np.ones_like(ids) if attention_mask is None else _numpy(attention_mask)
+        types = np.zeros_like(ids) if token_type_ids is None else _numpy(token_type_ids)
+        all_hidden = config.output_hidden_states if output_hidden_states is None else bool(
+            output_hidden_states
         )
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
-        # Device and dtype moves (nlp.to_gpu, shim.to_device) reach the original,
-        # so that restore() hands back a module where the pipeline expects it.
-        self.original._apply(fn)
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedEncoder:
-        # The session is immutable and thread-safe: copies share it.
-        clone = AcceleratedEncoder(
-            self.session, self.spec, copy.deepcopy(self.original, memo), self.exported
-        )
-        clone.train(self.training)
-        memo[id(self)] = clone
-        return clone
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # A pickled proxy reopens its verified cache entry; sessions are never pickled.
-        return (
-            _reopen,
-            (self.original, self.spec, self.exported, self.session.provider, self.session.config),
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"family={self.spec.family}, layers={self.spec.num_hidden_layers}, "
-            f"provider={self.session.provider.provider.value}, key={self.exported.key[:12]}"
-        )
+        hidden = self.spec.hidden_state_names
+        names = [*(hidden if all_hidden else hidden[-1:])]
+        if self.spec.has_pooler:
+            names.append(POOLER_OUTPUT)
+        arrays = self._run(EncoderInputs(ids, mask, types), names)
+        device = input_ids.device
+        tensors = {n: torch.from_numpy(a).to(device) for n, a in zip(names, arrays, strict=True)}
+        fields: dict[str, Any] = {"last_hidden_state": tensors[hidden[-1]]}
+        if self.spec.has_pooler:
+            fields[POOLER_OUTPUT] = tensors[POOLER_OUTPUT]
+        if all_hidden:
+            fields["hidden_states"] = tuple(tensors[name] for name in hidden)
+        output = self.output_type(**fields)
+        use_dict = config.use_return_dict if return_dict is None else return_dict
+        return output if use_dict else output.to_tuple()
 
 
 def _reopen(
+    proxy_type: type[AcceleratedModule],
     original: torch.nn.Module,
     spec: EncoderSpec,
     exported: ExportedModel,
     provider: ResolvedProvider,
     config: OptimizeConfig,
-) -> AcceleratedEncoder:
+    extra: tuple[Any, ...],
+) -> AcceleratedModule:
     session = reopen_session(exported, provider, config)
+    return proxy_type(session, spec, original, exported, *extra)
+
+
+@singledispatch
+def make_proxy(
+    original: torch.nn.Module, session: EncoderSession, spec: EncoderSpec, exported: ExportedModel
+) -> AcceleratedModule:
+    """The proxy that keeps ``original``'s calling contract."""
+    raise UnsupportedArchitectureError(
+        f"No accelerated stand-in for {type(original).__name__}; please report this."
+    )
+
+
+@make_proxy.register
+def _(
+    original: CuratedTransformer,
+    session: EncoderSession,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+) -> AcceleratedModule:
     return AcceleratedEncoder(session, spec, original, exported)
+
+
+@make_proxy.register
+def _(
+    original: PreTrainedModel,
+    session: EncoderSession,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+) -> AcceleratedModule:
+    return AcceleratedHFModel(session, spec, original, exported, _output_type(original, spec))
+
+
+def _output_type(model: PreTrainedModel, spec: EncoderSpec) -> type[ModelOutput]:
+    """The ``ModelOutput`` class ``model`` returns, read from one tiny call."""
+    token = (spec.padding_idx + 1) % spec.vocab_size
+    inputs = EncoderInputs.from_ids(np.full((1, 2), token, np.int64), spec.padding_idx)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return type(model(**inputs.as_torch(spec), return_dict=True))
+    finally:
+        model.train(was_training)

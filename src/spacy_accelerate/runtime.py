@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import OptimizeConfig
+from .encoder_inputs import EncoderInputs
 from .providers import ResolvedProvider, import_onnxruntime
 
 
@@ -28,18 +29,9 @@ class EncoderSession:
         self._session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=list(provider.ort_providers)
         )
+        self.input_names: tuple[str, ...] = tuple(i.name for i in self._session.get_inputs())
         self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
 
-    def run(
-        self,
-        input_ids: np.ndarray,
-        attention_mask: np.ndarray,
-        token_type_ids: np.ndarray,
-        outputs: Sequence[str],
-    ) -> list[np.ndarray]:
-        feeds = {
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "token_type_ids": token_type_ids,
-        }
-        return self._session.run(list(outputs), feeds)
+    def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
+        """The requested outputs; the graph's inputs decide which arrays are fed."""
+        return self._session.run(list(outputs), inputs.feeds(self.input_names))

@@ -8,15 +8,17 @@ unpadding, listeners) stays spaCy's own code.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import singledispatch
 
 import torch
+from spacy.pipeline import TrainablePipe
 from spacy_curated_transformers.models.with_strided_spans import with_strided_spans_forward
 from thinc.api import Model
 from thinc.shims import PyTorchShim
 
 from .errors import UnsupportedArchitectureError
-from .proxy import AcceleratedEncoder
-from .validate import TransformerComponent
+from .proxy import AcceleratedModule
+from .validate import CuratedTransformerPipe, HFTransformerPipe, TransformerComponent
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class ShimLocation:
     def pytorch_module(self) -> torch.nn.Module:
         """The PyTorch module, also when a proxy stands in for it."""
         module = self.shim._model
-        return module.original if isinstance(module, AcceleratedEncoder) else module
+        return module.original if isinstance(module, AcceleratedModule) else module
 
 
 def find_shim(component: TransformerComponent) -> ShimLocation:
@@ -51,7 +53,8 @@ def find_shim(component: TransformerComponent) -> ShimLocation:
         raise UnsupportedArchitectureError(
             f"Expected exactly one PyTorch model inside component {component.name!r}, found "
             f"{len(found)}. spacy-accelerate supports the standard spacy-curated-transformers "
-            "model layout; please report the pipeline's config if it should be supported."
+            "and spacy-transformers model layouts; please report the pipeline's config if it "
+            "should be supported."
         )
     return found[0]
 
@@ -68,10 +71,25 @@ class SpanSettings:
 #: spacy-curated-transformers' defaults (``WithStridedSpans.v1``).
 DEFAULT_SPANS = SpanSettings(window=128, stride=96, batch_size=384)
 
+#: The longest piece sequence checked and warmed up for spacy-transformers,
+#: whose spans are cut in spaCy tokens and so come out at any piece length up
+#: to the tokenizer's limit.
+LONGEST_CHECKED_PIECES = 512
+
 
 def find_span_settings(component: TransformerComponent) -> SpanSettings:
-    """The strided-span settings of ``component``: the shapes its transformer will see."""
-    for node in component.pipe.model.walk():
+    """The shapes the transformer of ``component`` will see."""
+    return _span_settings(component.pipe)
+
+
+@singledispatch
+def _span_settings(pipe: TrainablePipe) -> SpanSettings:
+    return DEFAULT_SPANS
+
+
+@_span_settings.register
+def _(pipe: CuratedTransformerPipe) -> SpanSettings:
+    for node in pipe.model.walk():
         if node._func is with_strided_spans_forward:
             return SpanSettings(
                 window=int(node.attrs["window"]),
@@ -79,3 +97,12 @@ def find_span_settings(component: TransformerComponent) -> SpanSettings:
                 batch_size=int(node.attrs["batch_size"]),
             )
     return DEFAULT_SPANS
+
+
+if HFTransformerPipe is not None:
+
+    @_span_settings.register
+    def _(pipe: HFTransformerPipe) -> SpanSettings:
+        # Spans are truncated to the tokenizer's limit (often unset: a huge number).
+        limit = int(min(pipe.model.tokenizer.model_max_length, LONGEST_CHECKED_PIECES))
+        return SpanSettings(window=limit, stride=limit, batch_size=DEFAULT_SPANS.batch_size)

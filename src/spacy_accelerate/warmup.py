@@ -7,21 +7,18 @@ user's first request.
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
-from .proxy import AcceleratedEncoder
+from .encoder_inputs import EncoderInputs
+from .proxy import AcceleratedModule
 from .shim import SpanSettings
 
 
-def warm_up(proxy: AcceleratedEncoder, spans: SpanSettings) -> None:
+def warm_up(proxy: AcceleratedModule, spans: SpanSettings) -> None:
     spec = proxy.spec
-    length = max(1, min(spans.window, spec.model_max_length))
+    positions = spec.max_position_embeddings - spec.padding_idx - 1
+    length = max(1, min(spans.window, spec.model_max_length, positions))
     token = (spec.padding_idx + 1) % spec.vocab_size
-    was_training = proxy.training
-    proxy.eval()
-    try:
-        with torch.no_grad():
-            for batch in sorted({1, min(spans.batch_size, 8)}):
-                proxy(torch.full((batch, length), token, dtype=torch.long))
-    finally:
-        proxy.train(was_training)
+    for batch in sorted({1, min(spans.batch_size, 8)}):
+        ids = np.full((batch, length), token, dtype=np.int64)
+        proxy.session.run(EncoderInputs.from_ids(ids, spec.padding_idx), spec.output_names)

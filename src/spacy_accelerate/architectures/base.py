@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ..errors import ConversionError
 from .spec import EncoderSpec
+
+if TYPE_CHECKING:  # the inputs module imports this package
+    from ..encoder_inputs import EncoderInputs
 
 Tensors = dict[str, torch.Tensor]
 
@@ -38,12 +42,14 @@ _EMBEDDING_RENAMES = {
 
 
 class Architecture(ABC):
-    """A supported curated encoder family."""
+    """A supported encoder family: how to read its spec and produce the model to export."""
 
-    #: The curated encoder class this family converts (dispatch is on this type).
+    #: The encoder class this family converts (dispatch is on this type).
     encoder_type: ClassVar[type[torch.nn.Module]]
     #: Hugging Face model class of the same family.
     hf_model_type: ClassVar[type[PreTrainedModel]]
+    #: Short name, recorded in the spec and the cache manifest.
+    family: ClassVar[str]
 
     @classmethod
     @abstractmethod
@@ -74,8 +80,21 @@ class Architecture(ABC):
             ) from error
         return model.eval()
 
+    @classmethod
+    def reference_outputs(
+        cls, module: torch.nn.Module, inputs: EncoderInputs, spec: EncoderSpec
+    ) -> list[np.ndarray]:
+        """What the shim's PyTorch module returns for ``inputs``, called the way spaCy calls it.
 
-class _TensorTaker:
+        spacy-curated-transformers passes the padded piece ids alone and the
+        module masks every ``padding_idx`` piece itself.
+        """
+        with torch.no_grad():
+            output = module(torch.from_numpy(inputs.input_ids))
+        return [tensor.detach().cpu().float().numpy() for tensor in output.all_outputs]
+
+
+class TensorTaker:
     """Hands out the curated tensors by name and remembers which were used."""
 
     def __init__(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -98,6 +117,26 @@ class _TensorTaker:
             )
 
 
+def take_embeddings(taker: TensorTaker, prefix: str) -> Tensors:
+    """Curated BERT embeddings under ``prefix`` -> Hugging Face ``embeddings.*`` names."""
+    out: Tensors = {}
+    for curated, hf in _EMBEDDING_RENAMES.items():
+        for param in ("weight", "bias") if curated == "layer_norm" else ("weight",):
+            out[f"embeddings.{hf}.{param}"] = taker.take(f"{prefix}{curated}.{param}")
+    return out
+
+
+def take_split_qkv(taker: TensorTaker, layer: str, attention: str) -> Tensors:
+    """Split a curated layer's stacked query/key/value projection into Hugging Face's three."""
+    out: Tensors = {}
+    for param in ("weight", "bias"):
+        query, key, value = taker.take(f"{layer}.mha.input.{param}").chunk(3, dim=0)
+        out[f"{attention}.query.{param}"] = query
+        out[f"{attention}.key.{param}"] = key
+        out[f"{attention}.value.{param}"] = value
+    return out
+
+
 def bert_like_state_dict(
     state: Mapping[str, torch.Tensor], spec: EncoderSpec, *, embeddings_prefix: str
 ) -> Tensors:
@@ -106,18 +145,12 @@ def bert_like_state_dict(
     ``embeddings_prefix`` is where the family keeps its BERT embeddings
     (``embeddings.`` for BERT, ``embeddings.inner.`` for RoBERTa).
     """
-    taker = _TensorTaker(state)
-    out: Tensors = {}
-    for curated, hf in _EMBEDDING_RENAMES.items():
-        for param in ("weight", "bias") if curated == "layer_norm" else ("weight",):
-            out[f"embeddings.{hf}.{param}"] = taker.take(f"{embeddings_prefix}{curated}.{param}")
+    taker = TensorTaker(state)
+    out = take_embeddings(taker, embeddings_prefix)
     for i in range(spec.num_hidden_layers):
         src, dst = f"layers.{i}", f"encoder.layer.{i}"
+        out.update(take_split_qkv(taker, src, f"{dst}.attention.self"))
         for param in ("weight", "bias"):
-            query, key, value = taker.take(f"{src}.mha.input.{param}").chunk(3, dim=0)
-            out[f"{dst}.attention.self.query.{param}"] = query
-            out[f"{dst}.attention.self.key.{param}"] = key
-            out[f"{dst}.attention.self.value.{param}"] = value
             for curated, hf in _LAYER_RENAMES.items():
                 out[f"{dst}.{hf}.{param}"] = taker.take(f"{src}.{curated}.{param}")
     taker.assert_all_taken()

@@ -9,6 +9,7 @@ width, and the padding index differs by model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -19,10 +20,22 @@ from curated_transformers.models.bert.layer import BertEncoderLayer
 
 from ..errors import UnsupportedArchitectureError
 
+#: ONNX name of the pooled output (Hugging Face models with a pooler only).
+POOLER_OUTPUT = "pooler_output"
+
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """Dimensions and hyper-parameters of a BERT-like encoder."""
+    """Dimensions and hyper-parameters of a BERT-like encoder.
+
+    ``embedding_width`` differs from ``hidden_width`` where the embeddings are
+    projected (ALBERT, ELECTRA); ``num_hidden_groups`` and ``inner_group_num``
+    describe ALBERT's shared layers and are 1 elsewhere. ``type_vocab_size``
+    is 0 for models without token types (DistilBERT): their graph then has no
+    ``token_type_ids`` input. ``has_pooler`` is true only for Hugging Face
+    models whose pooled output reaches the pipeline (spacy-transformers keeps
+    every field of the model output).
+    """
 
     family: str
     vocab_size: int
@@ -36,15 +49,31 @@ class EncoderSpec:
     type_vocab_size: int
     padding_idx: int
     model_max_length: int
+    embedding_width: int = 0
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+    has_pooler: bool = False
 
     @property
     def head_width(self) -> int:
         return self.hidden_width // self.num_attention_heads
 
     @property
-    def output_names(self) -> tuple[str, ...]:
-        """ONNX output names: the embedding output, then each layer's hidden state."""
+    def input_names(self) -> tuple[str, ...]:
+        """ONNX input names; ``token_type_ids`` only where the model has token types."""
+        names = ("input_ids", "attention_mask")
+        return (*names, "token_type_ids") if self.type_vocab_size > 0 else names
+
+    @property
+    def hidden_state_names(self) -> tuple[str, ...]:
+        """The embedding output, then each layer's hidden state."""
         return tuple(f"hidden_state_{i}" for i in range(self.num_hidden_layers + 1))
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Every ONNX output: the hidden states, then the pooled output if there is one."""
+        pooled = (POOLER_OUTPUT,) if self.has_pooler else ()
+        return (*self.hidden_state_names, *pooled)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,17 +107,24 @@ def read_bert_like_spec(
     *,
     family: str,
     embeddings: BertEmbeddings,
-    layers: torch.nn.ModuleList,
+    layers: Sequence[BertEncoderLayer],
     padding_idx: int,
     model_max_length: int,
+    num_hidden_layers: int | None = None,
+    num_hidden_groups: int = 1,
+    projected: bool = False,
 ) -> EncoderSpec:
-    """Read the spec shared by BERT and RoBERTa: BERT embeddings and BERT layers."""
-    if embeddings.projection is not None:
+    """Read the spec of BERT embeddings followed by BERT layers (BERT, RoBERTa, ALBERT).
+
+    ``layers`` are the distinct layer modules; ALBERT applies them
+    ``num_hidden_layers`` times in total, hence the separate count.
+    """
+    if (embeddings.projection is not None) != projected:
         raise UnsupportedArchitectureError(
-            f"This {family} encoder projects its embeddings "
-            f"({embeddings.word_embeddings.embedding_dim} -> "
-            f"{embeddings.projection.out_features}), which Hugging Face's {family} model cannot "
-            "represent; keep this pipeline on PyTorch, or report its config."
+            f"This {family} encoder "
+            + ("projects" if embeddings.projection is not None else "does not project")
+            + f" its embeddings, which Hugging Face's {family} model cannot represent; keep this "
+            "pipeline on PyTorch, or report its config."
         )
     stack: list[BertEncoderLayer] = list(layers)
     if not stack:
@@ -96,7 +132,10 @@ def read_bert_like_spec(
             f"This {family} encoder has no layers, so there is nothing to accelerate; keep the "
             "pipeline on PyTorch."
         )
-    hidden = embeddings.word_embeddings.embedding_dim
+    embedding_width = embeddings.word_embeddings.embedding_dim
+    hidden = (
+        embeddings.projection.out_features if embeddings.projection is not None else embedding_width
+    )
     eps = {embeddings.layer_norm.eps}
     eps |= {layer.attn_output_layernorm.eps for layer in stack}
     eps |= {layer.ffn_output_layernorm.eps for layer in stack}
@@ -108,11 +147,14 @@ def read_bert_like_spec(
         intermediate_width=_single_value(
             {layer.ffn.intermediate.out_features for layer in stack}, "feed-forward width"
         ),
-        num_hidden_layers=len(stack),
+        num_hidden_layers=len(stack) if num_hidden_layers is None else num_hidden_layers,
         hidden_act=_single_value({activation_name(layer.ffn.activation) for layer in stack}, "act"),
         layer_norm_eps=_single_value(eps, "layer-norm epsilon"),
         max_position_embeddings=embeddings.position_embeddings.num_embeddings,
         type_vocab_size=embeddings.token_type_embeddings.num_embeddings,
         padding_idx=int(padding_idx),
         model_max_length=int(model_max_length),
+        embedding_width=embedding_width,
+        num_hidden_groups=num_hidden_groups,
+        inner_group_num=len(stack) // num_hidden_groups,
     )

@@ -1,0 +1,3 @@
+from .convert import AlbertArchitecture
+
+__all__ = ["AlbertArchitecture"]

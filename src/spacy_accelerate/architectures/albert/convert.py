@@ -1,0 +1,88 @@
+"""curated ``AlbertEncoder`` -> Hugging Face ``AlbertModel``.
+
+ALBERT shares its layers: ``num_hidden_groups`` groups of ``inner_group_num``
+BERT layers each, every group applied ``num_hidden_layers / num_hidden_groups``
+times in turn, after embeddings of their own (smaller) width projected to the
+hidden width. Both libraries apply group ``i // layers_per_group`` at layer
+``i`` and report one hidden state per application, so the hidden states line
+up one to one; only the names differ.
+"""
+
+from __future__ import annotations
+
+import torch
+from curated_transformers.models.albert.encoder import AlbertEncoder
+from transformers import AlbertConfig, AlbertModel, PretrainedConfig
+
+from ..base import Architecture, Tensors, TensorTaker, take_embeddings, take_split_qkv
+from ..spec import EncoderSpec, read_bert_like_spec
+
+# curated BERT-layer parameter -> Hugging Face ALBERT-layer parameter.
+_LAYER_RENAMES = {
+    "mha.output": "attention.dense",
+    "attn_output_layernorm": "attention.LayerNorm",
+    "ffn.intermediate": "ffn",
+    "ffn.output": "ffn_output",
+    "ffn_output_layernorm": "full_layer_layer_norm",
+}
+
+
+class AlbertArchitecture(Architecture):
+    encoder_type = AlbertEncoder
+    hf_model_type = AlbertModel
+    family = "albert"
+
+    @classmethod
+    def read_spec(cls, encoder: torch.nn.Module) -> EncoderSpec:
+        layers = [layer for group in encoder.groups for layer in group.group_layers]
+        return read_bert_like_spec(
+            family=cls.family,
+            embeddings=encoder.embeddings,
+            layers=layers,
+            padding_idx=encoder.padding_idx,
+            model_max_length=encoder.max_seq_len,
+            num_hidden_layers=encoder.num_hidden_layers,
+            num_hidden_groups=len(encoder.groups),
+            projected=True,
+        )
+
+    @classmethod
+    def hf_config(cls, spec: EncoderSpec) -> PretrainedConfig:
+        return AlbertConfig(
+            vocab_size=spec.vocab_size,
+            embedding_size=spec.embedding_width,
+            hidden_size=spec.hidden_width,
+            num_hidden_layers=spec.num_hidden_layers,
+            num_hidden_groups=spec.num_hidden_groups,
+            inner_group_num=spec.inner_group_num,
+            num_attention_heads=spec.num_attention_heads,
+            intermediate_size=spec.intermediate_width,
+            hidden_act=spec.hidden_act,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            classifier_dropout_prob=0.0,
+            max_position_embeddings=spec.max_position_embeddings,
+            type_vocab_size=spec.type_vocab_size,
+            layer_norm_eps=spec.layer_norm_eps,
+            pad_token_id=spec.padding_idx,
+            attn_implementation="eager",
+        )
+
+    @classmethod
+    def hf_state_dict(cls, encoder: torch.nn.Module, spec: EncoderSpec) -> Tensors:
+        taker = TensorTaker(encoder.state_dict())
+        out = take_embeddings(taker, "embeddings.")
+        for param in ("weight", "bias"):
+            out[f"encoder.embedding_hidden_mapping_in.{param}"] = taker.take(
+                f"embeddings.projection.{param}"
+            )
+        for group in range(spec.num_hidden_groups):
+            for inner in range(spec.inner_group_num):
+                src = f"groups.{group}.group_layers.{inner}"
+                dst = f"encoder.albert_layer_groups.{group}.albert_layers.{inner}"
+                out.update(take_split_qkv(taker, src, f"{dst}.attention"))
+                for param in ("weight", "bias"):
+                    for curated, hf in _LAYER_RENAMES.items():
+                        out[f"{dst}.{hf}.{param}"] = taker.take(f"{src}.{curated}.{param}")
+        taker.assert_all_taken()
+        return out

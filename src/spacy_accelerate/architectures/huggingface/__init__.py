@@ -1,0 +1,3 @@
+from .passthrough import HF_FAMILIES, HuggingFaceArchitecture, HuggingFaceFamily
+
+__all__ = ["HF_FAMILIES", "HuggingFaceArchitecture", "HuggingFaceFamily"]
