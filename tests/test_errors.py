@@ -182,7 +182,8 @@ def test_saving_an_accelerated_pipeline_writes_the_pytorch_weights(
     before = last_hidden(bert(text))
     spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
     bert.to_disk(tmp_path / "saved")
-    reloaded = spacy.load(tmp_path / "saved")
+    off = {"nlp": {"after_pipeline_creation": {"enabled": False}}}
+    reloaded = spacy.load(tmp_path / "saved", config=off)
     assert not spacy_accelerate.is_optimized(reloaded)
     assert np.array_equal(before, last_hidden(reloaded(text)))
 

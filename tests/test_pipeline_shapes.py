@@ -13,7 +13,7 @@ import spacy
 from annotations import disagreements, last_hidden, run
 
 import spacy_accelerate
-from spacy_accelerate import ConversionError, InvalidOptionError
+from spacy_accelerate import AccuracyError, ConversionError, InvalidOptionError
 from spacy_accelerate.architectures.bert import BertArchitecture
 
 TEXTS_LIMIT = 60
@@ -117,8 +117,14 @@ def test_rejected_reoptimize_keeps_the_working_acceleration(
     spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
     before = spacy_accelerate.accelerated_components(bert)["transformer"]
     with pytest.raises(InvalidOptionError):
-        spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
+        spacy_accelerate.optimize(bert, provider="cpu", precision="fp16", cache_dir=cache_dir)
     assert spacy_accelerate.accelerated_components(bert)["transformer"] is before
+    with pytest.raises(AccuracyError):  # fails after its export, at the gate
+        spacy_accelerate.optimize(
+            bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=0.999999
+        )
+    assert spacy_accelerate.accelerated_components(bert)["transformer"] is before
+    assert before.session.config.precision.value == "fp32"
 
 
 def test_entry_stored_under_a_looser_tolerance_is_checked_even_without_verify(

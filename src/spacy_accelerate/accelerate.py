@@ -10,7 +10,9 @@ from .architectures import detect_architecture
 from .cache import ModelCache
 from .config import DEFAULT_MIN_COSINE, DEFAULT_TOLERANCE, Precision, Provider, build_config
 from .exported import get_or_export
+from .guard import install_training_guards, remove_training_guards
 from .patch import is_patched, patch, revert, unpatch
+from .persist import OptimizeRequest, forget, install_load_hooks, record, remove_load_hooks
 from .providers import check_provider
 from .proxy import AcceleratedModule, make_proxy
 from .shim import find_shim, find_span_settings
@@ -35,8 +37,11 @@ def optimize(
     All or nothing: if any step fails for any component, every component is
     left exactly as it was before the call (PyTorch, or an earlier
     acceleration) and the error says why. Calling it on an optimized pipeline
-    re-optimizes it with the new options.
+    re-optimizes it with the new options. Once accelerated, the pipeline is
+    inference-only until :func:`restore`, and ``nlp.to_disk`` saves it so that
+    ``spacy.load`` accelerates it again (see :mod:`spacy_accelerate.persist`).
     """
+
     components = find_transformer_components(nlp)  # 1. validate
     shims = [find_shim(component) for component in components]  # 2. find the shim
     encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
@@ -68,7 +73,16 @@ def optimize(
         for location, module in zip(shims, previous, strict=True):
             revert(location, module)
         raise
+    _remember(nlp, OptimizeRequest.from_config(config, threads=threads))
     return nlp
+
+
+def _remember(nlp: Language, request: OptimizeRequest) -> None:
+    """Make the acceleration part of the pipeline: guarded against training, recorded in
+    its config for ``to_disk``, and re-applied when new weights are loaded."""
+    install_training_guards(nlp)
+    record(nlp, request)
+    install_load_hooks(nlp, request)
 
 
 def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
@@ -81,10 +95,19 @@ def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
     return found
 
 
-def restore(nlp: Language) -> Language:
-    """Put every original PyTorch transformer back; a no-op on a plain pipeline."""
+def unpatch_all(nlp: Language) -> None:
+    """Put every PyTorch transformer back, keeping the record of the acceleration."""
     for component in transformer_components(nlp):
         unpatch(find_shim(component))
+
+
+def restore(nlp: Language) -> Language:
+    """Undo :func:`optimize`: the PyTorch transformers, training and a plain saved config
+    come back. A no-op on a plain pipeline."""
+    unpatch_all(nlp)
+    remove_training_guards(nlp)
+    remove_load_hooks(nlp)
+    forget(nlp)
     return nlp
 
 

@@ -112,6 +112,7 @@ def read_bert_like_spec(
     model_max_length: int,
     num_hidden_layers: int | None = None,
     num_hidden_groups: int = 1,
+    inner_group_num: int = 1,
     projected: bool = False,
 ) -> EncoderSpec:
     """Read the spec of BERT embeddings followed by BERT layers (BERT, RoBERTa, ALBERT).
@@ -156,5 +157,5 @@ def read_bert_like_spec(
         model_max_length=int(model_max_length),
         embedding_width=embedding_width,
         num_hidden_groups=num_hidden_groups,
-        inner_group_num=len(stack) // num_hidden_groups,
+        inner_group_num=inner_group_num,
     )

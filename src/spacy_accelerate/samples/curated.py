@@ -254,9 +254,7 @@ def build_roberta_two_sample(output_dir: Path, *, train_docs: Sequence[Doc]) -> 
     piece_vocab = train_byte_bpe_vocab(output_dir / PIECE_VOCAB_DIR)
     components = [
         TransformerComponent(ROBERTA_SPEC, piece_vocab, heads=("tagger", "parser")),
-        TransformerComponent(
-            ROBERTA_NER_SPEC, piece_vocab, name="transformer_ner", heads=("ner",)
-        ),
+        TransformerComponent(ROBERTA_NER_SPEC, piece_vocab, name="transformer_ner", heads=("ner",)),
     ]
     return build_curated_pipeline(components, output_dir, train_docs=train_docs)
 

@@ -124,9 +124,7 @@ _RECIPES: dict[str, SampleRecipe] = {
     "bert": SampleRecipe(build_bert_sample, _spec(BERT_SPEC)),
     "minilm": SampleRecipe(build_minilm_sample, lambda: asdict(minilm_spec())),
     "xlmr": SampleRecipe(build_xlmr_sample, _spec(XLMR_SPEC), _SENTENCEPIECE_DISTS),
-    "camembert": SampleRecipe(
-        build_camembert_sample, _spec(CAMEMBERT_SPEC), _SENTENCEPIECE_DISTS
-    ),
+    "camembert": SampleRecipe(build_camembert_sample, _spec(CAMEMBERT_SPEC), _SENTENCEPIECE_DISTS),
     "albert": SampleRecipe(build_albert_sample, _spec(ALBERT_SPEC), _SENTENCEPIECE_DISTS),
     "roberta-scalar": SampleRecipe(
         build_roberta_scalar_sample,

@@ -43,9 +43,10 @@ from thinc.api import Adam, Optimizer
 from thinc.types import Ragged
 
 from . import ewt
+from .heads import gold_examples
 from .pipelines import (
-    _examples,
     _fingerprint,
+    _relocate_config,
     build_minilm_sample,
     curated_torch_module,
     default_cache_root,
@@ -54,7 +55,6 @@ from .pipelines import (
 TRAINED_SAMPLE_NAME = "minilm-trained"
 # Bump whenever the training recipe changes what is written, so stale caches are never reused.
 TRAINED_BUILDER_VERSION = "1"
-HEADS = ("tagger", "parser", "ner")
 
 Logger = Callable[[str], None]
 
@@ -69,9 +69,9 @@ class HeadTraining:
 
     train_sentences: int | None = None  # None: all of UD-EWT dev
     max_sentences_per_doc: int = 8  # same grouping the benchmarks and the evaluation use
-    epochs: int = 6
-    batch_words: int = 500
-    learn_rate: float = 0.002
+    epochs: int = 10
+    batch_words: int = 250
+    learn_rate: float = 0.005
     dropout: float = 0.1
     seed: int = 23
     encoder_batch_size: int = 16
@@ -127,6 +127,14 @@ def _push_to_listeners(nlp: Language, docs: Sequence[Doc], outputs: list[list[Ra
     batch_id = ListenerStateUtils.calculate_batch_id(docs)
     for listener in pipe.listeners:
         ListenerStateUtils.receive(listener, batch_id, batch, _no_backprop)
+
+
+def _clear_listeners(nlp: Language) -> None:
+    """Drop outputs a head did not consume (e.g. NER on a batch without entity annotation)."""
+    from spacy_curated_transformers.models.listeners import ListenerStateUtils
+
+    for listener in nlp.get_pipe("transformer").listeners:
+        ListenerStateUtils.clear_state(listener)
 
 
 # --------------------------------------------------------------------------- training
@@ -189,6 +197,7 @@ def train_heads(
         report.epoch_losses.append({k: round(float(v), 2) for k, v in losses.items()})
         shown = ", ".join(f"{k} {v:.1f}" for k, v in losses.items())
         log(f"epoch {epoch + 1}/{settings.epochs} in {seconds}s: {shown}")
+    _clear_listeners(nlp)
     return report
 
 
@@ -214,7 +223,7 @@ def evaluate_on_ewt_test(
         limit_sentences=limit_sentences,
         vocab=nlp.vocab,
     )
-    examples = _examples(nlp, gold)
+    examples = gold_examples(nlp, gold)
     started = time.perf_counter()
     scores = nlp.evaluate(examples, batch_size=batch_size)
     seconds = time.perf_counter() - started
@@ -243,6 +252,19 @@ def encoder_state_digest(nlp: Language) -> str:
     return digest.hexdigest()
 
 
+def same_encoder_weights(nlp: Language, other: Language) -> bool:
+    """Whether two pipelines' curated encoders have equal state dicts (names, dtypes, values).
+
+    The tensor-by-tensor counterpart of comparing :func:`encoder_state_digest` values.
+    """
+    mine = curated_torch_module(nlp).state_dict()
+    theirs = curated_torch_module(other).state_dict()
+    return mine.keys() == theirs.keys() and all(
+        mine[name].dtype == theirs[name].dtype and torch.equal(mine[name], theirs[name])
+        for name in mine
+    )
+
+
 # --------------------------------------------------------------------------- building
 
 
@@ -264,18 +286,19 @@ def build_trained_minilm_sample(
     """Build the MiniLM pipeline, train its heads on EWT dev and save it to ``output_dir``.
 
     The untrained pipeline comes from :func:`build_minilm_sample` (labels from the training
-    docs, real MiniLM weights), is reloaded with ``spacy.load`` like any user pipeline, trained
-    and saved; the encoder digest is checked before saving so a regression that lets
-    gradients reach the transformer fails the build instead of shipping altered weights.
+    docs, real MiniLM weights) written to ``output_dir``, is reloaded with ``spacy.load`` like
+    any user pipeline, trained and saved over itself (so any file the builder keeps next to
+    the pipeline, and the paths its config names, stay valid).  The encoder digest is checked
+    before saving: a regression that lets gradients reach the transformer fails the build
+    instead of shipping altered weights.
     """
     started = time.perf_counter()
     gold = train_docs(settings)
-    with tempfile.TemporaryDirectory(prefix="minilm-untrained-") as scratch:
-        log(f"building untrained MiniLM pipeline ({len(gold)} dev docs for labels)")
-        build_minilm_sample(Path(scratch), train_docs=gold)
-        nlp = spacy.load(Path(scratch))
+    log(f"building untrained MiniLM pipeline ({len(gold)} dev docs for labels)")
+    build_minilm_sample(output_dir, train_docs=gold)
+    nlp = spacy.load(output_dir)
     before = encoder_state_digest(nlp)
-    report = train_heads(nlp, _examples(nlp, gold), settings, log=log)
+    report = train_heads(nlp, gold_examples(nlp, gold), settings, log=log)
     if encoder_state_digest(nlp) != before:
         raise RuntimeError("head training changed the transformer weights")
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -316,6 +339,7 @@ def _build_atomically(target: Path, settings: HeadTraining, log: Logger) -> None
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         build_trained_minilm_sample(staging, settings, log=log)
+        _relocate_config(staging, staging, target)
         staging.rename(target)
     finally:
         if staging.exists():

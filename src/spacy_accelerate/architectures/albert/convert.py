@@ -43,6 +43,7 @@ class AlbertArchitecture(Architecture):
             model_max_length=encoder.max_seq_len,
             num_hidden_layers=encoder.num_hidden_layers,
             num_hidden_groups=len(encoder.groups),
+            inner_group_num=len(encoder.groups[0].group_layers),
             projected=True,
         )
 

@@ -1,0 +1,94 @@
+"""int8 on CPU: a really quantized model, served only when it passes the cosine gate."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import spacy
+from annotations import last_hidden
+from spacy.language import Language
+
+import spacy_accelerate
+from spacy_accelerate import AccuracyError
+from spacy_accelerate.cache import MANIFEST_NAME
+from spacy_accelerate.export import MODEL_FILE
+from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE
+
+
+@pytest.fixture()
+def bert(sample_path: Callable[[str], Path]) -> Language:
+    return spacy.load(sample_path("bert"))
+
+
+def _op_types(path: Path) -> set[str]:
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_int8_quantizes_the_matmuls_and_passes_the_gate(bert: Language, cache_dir: Path):
+    text = "Quantized weights still point the same way ."
+    reference = last_hidden(bert(text))
+    spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
+    proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+    assert proxy.session.config.precision.value == "int8"
+    report = proxy.exported.parity
+    assert report.gate.min_cosine == 0.99 and report.worst_cosine >= 0.99
+    ops = _op_types(proxy.exported.path / MODEL_FILE)
+    assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops, ops
+    accelerated = last_hidden(bert(text))
+    cosine = np.sum(reference * accelerated, axis=1) / (
+        np.linalg.norm(reference, axis=1) * np.linalg.norm(accelerated, axis=1)
+    )
+    assert cosine.min() >= 0.99
+    # Not the fp32 model: int8 is measurably different, and stored under its own key.
+    assert np.max(np.abs(reference - accelerated)) > 1e-4
+    entries = spacy_accelerate.list_cached(cache_dir)
+    assert len(entries) == 1 and entries[0].key == proxy.exported.key
+
+
+def test_int8_and_fp32_are_separate_cache_entries(bert: Language, cache_dir: Path):
+    spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
+    spacy_accelerate.optimize(bert, provider="cpu", precision="fp32", cache_dir=cache_dir)
+    assert len(spacy_accelerate.list_cached(cache_dir)) == 2
+
+
+def test_a_failed_accuracy_gate_serves_nothing_and_says_why(bert: Language, cache_dir: Path):
+    before = last_hidden(bert("The gate refuses this model ."))
+    with pytest.raises(AccuracyError, match=r"token cosine similarity 0\.\d+ < 0\.999999.*fp32"):
+        spacy_accelerate.optimize(
+            bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=0.999999
+        )
+    assert not spacy_accelerate.is_optimized(bert)
+    assert spacy_accelerate.list_cached(cache_dir) == []
+    assert np.array_equal(before, last_hidden(bert("The gate refuses this model .")))
+
+
+def test_a_hit_stored_under_a_looser_gate_is_checked_again(bert: Language, cache_dir: Path):
+    spacy_accelerate.optimize(
+        bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=0.5
+    )
+    spacy_accelerate.restore(bert)
+    with pytest.raises(AccuracyError):
+        spacy_accelerate.optimize(
+            bert,
+            provider="cpu",
+            precision="int8",
+            cache_dir=cache_dir,
+            min_cosine=0.999999,
+            verify=False,
+        )
+
+
+def test_the_default_recipe_is_recorded_in_the_cache_key(bert: Language, cache_dir: Path):
+    spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
+    (entry,) = spacy_accelerate.list_cached(cache_dir)
+    manifest = json.loads((entry.path / MANIFEST_NAME).read_text())
+    recipe = manifest["key_inputs"]["export"]["int8"]
+    assert recipe == {
+        "per_channel": DEFAULT_INT8_RECIPE.per_channel,
+        "fuse_first": DEFAULT_INT8_RECIPE.fuse_first,
+    }
