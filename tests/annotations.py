@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
+from spacy_transformers.data_classes import TransformerData
 
 Annotation = tuple[str, str, str, int, str, str]
 
@@ -16,8 +17,26 @@ def annotations(doc: Doc) -> list[Annotation]:
     return [(t.tag_, t.pos_, t.dep_, t.head.i, t.ent_iob_, t.ent_type_) for t in doc]
 
 
+def _masked(data: TransformerData, array: np.ndarray) -> np.ndarray:
+    """The rows of a (spans, pieces, width) array at real pieces (padding stripped)."""
+    mask = np.asarray(data.wordpieces.attention_mask).astype(bool)
+    return np.asarray(array)[mask].copy()
+
+
 def last_hidden(doc: Doc) -> np.ndarray:
-    return np.asarray(doc._.trf_data.last_hidden_layer_state.dataXd).copy()
+    """The last layer's hidden state of every piece of ``doc``, as spaCy stored it."""
+    data = doc._.trf_data
+    if isinstance(data, TransformerData):  # spacy-transformers
+        return _masked(data, data.model_output.last_hidden_state)
+    return np.asarray(data.last_hidden_layer_state.dataXd).copy()
+
+
+def all_hidden(doc: Doc) -> list[np.ndarray]:
+    """The embedding output and every layer's hidden state of ``doc``'s pieces."""
+    data = doc._.trf_data
+    if isinstance(data, TransformerData):
+        return [_masked(data, layer) for layer in data.model_output.hidden_states]
+    return [np.asarray(layer.dataXd).copy() for layer in data.all_outputs]
 
 
 def run(nlp: Language, texts: Iterable[str], batch_size: int) -> list[Doc]:

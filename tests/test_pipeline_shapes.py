@@ -10,17 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
-from annotations import disagreements, last_hidden, run
+from annotations import all_hidden, disagreements, last_hidden, run
 
 import spacy_accelerate
 from spacy_accelerate import AccuracyError, ConversionError, InvalidOptionError
 from spacy_accelerate.architectures.bert import BertArchitecture
 
 TEXTS_LIMIT = 60
-
-
-def all_layers(doc: spacy.tokens.Doc) -> list[np.ndarray]:
-    return [np.asarray(layer.dataXd).copy() for layer in doc._.trf_data.all_outputs]
 
 
 @pytest.fixture()
@@ -37,7 +33,7 @@ def test_all_layer_outputs_are_every_true_layer(
     spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
     accelerated = run(bert, texts, 7)
     for ref, acc in zip(reference, accelerated, strict=True):
-        ref_layers, acc_layers = all_layers(ref), all_layers(acc)
+        ref_layers, acc_layers = all_hidden(ref), all_hidden(acc)
         assert len(ref_layers) == len(acc_layers) == 3  # embeddings + 2 layers
         for expected, actual in zip(ref_layers, acc_layers, strict=True):
             assert expected.shape == actual.shape
