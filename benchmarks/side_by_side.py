@@ -1,11 +1,15 @@
 """PyTorch vs spacy-accelerate on one sample pipeline, side by side, in one process.
 
-    python benchmarks/side_by_side.py --sample minilm --sentences 500 --batch-size 64 \
-        --repeats 3 --output benchmarks/results/side_by_side.json
+    python benchmarks/side_by_side.py --sample minilm-trained --precision fp32 int8 \\
+        --sentences 2077 --batch-size 64 --repeats 3 --output benchmarks/results/x.json
 
 Words per second of ``nlp.pipe`` over UD-EWT test documents (full pipeline),
-median of alternating runs after a warm-up, plus annotation agreement.
-Quote the ratio, not the absolute numbers: these machines are shared.
+median of alternating runs after a warm-up, for PyTorch fp32 and each
+precision asked for; plus every variant's annotation agreement with PyTorch,
+the cosine similarity of each piece's last hidden state to PyTorch's, and
+(``--gold``) the accuracy of PyTorch and of each variant against UD-EWT's gold
+annotations. Quote the ratios, not the absolute numbers: these machines are
+shared.
 """
 
 from __future__ import annotations
@@ -20,43 +24,59 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import spacy  # noqa: E402
 
+import spacy_accelerate  # noqa: E402
 from spacy_accelerate.benchmark import side_by_side, write_report  # noqa: E402
 from spacy_accelerate.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
 from spacy_accelerate.samples.pipelines import SAMPLE_NAMES, ensure_sample  # noqa: E402
+from spacy_accelerate.samples.trained import (  # noqa: E402
+    TRAINED_SAMPLE_NAME,
+    ensure_trained_sample,
+    evaluate_on_ewt_test,
+)
+
+
+def _load(name: str) -> spacy.language.Language:
+    if name == TRAINED_SAMPLE_NAME:
+        return spacy.load(ensure_trained_sample())
+    return spacy.load(ensure_sample(name))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sample", choices=SAMPLE_NAMES, default="minilm")
+    parser.add_argument(
+        "--sample", choices=[*SAMPLE_NAMES, TRAINED_SAMPLE_NAME], default=TRAINED_SAMPLE_NAME
+    )
+    parser.add_argument("--precision", nargs="+", default=["fp32"])
     parser.add_argument("--sentences", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gold", action="store_true", help="also score against UD-EWT gold")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    nlp = spacy.load(ensure_sample(args.sample))
+    nlp = _load(args.sample)
     docs = ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
     texts = [doc.text for doc in docs]
-    result = side_by_side(nlp, texts, batch_size=args.batch_size, repeats=args.repeats)
-    assert result.agreement is not None
+    variants = {p: {"provider": "cpu", "precision": p} for p in args.precision}
+    result = side_by_side(nlp, texts, variants, batch_size=args.batch_size, repeats=args.repeats)
     report = {
         "sample": args.sample,
         "documents": len(texts),
-        "words": result.words,
         "batch_size": args.batch_size,
         "repeats": args.repeats,
-        "pytorch_seconds": result.pytorch_seconds,
-        "accelerated_seconds": result.accelerated_seconds,
-        "pytorch_wps": round(result.pytorch_wps, 1),
-        "accelerated_wps": round(result.accelerated_wps, 1),
-        "speedup": round(result.speedup, 3),
-        "agreement": {name: result.agreement.rate(name) for name in result.agreement.same},
-        "tokens": result.agreement.tokens,
+        **result.as_dict(),
         "machine": {"platform": platform.platform(), "cpus": len(os.sched_getaffinity(0))},
         "versions": package_versions(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if args.gold:
+        spacy_accelerate.restore(nlp)
+        scores = {"pytorch": evaluate_on_ewt_test(nlp, limit_sentences=args.sentences)}
+        for name, options in variants.items():
+            spacy_accelerate.optimize(nlp, **options)
+            scores[name] = evaluate_on_ewt_test(nlp, limit_sentences=args.sentences)
+        report["gold_scores"] = scores
     write_report(report, args.output)
 
 

@@ -7,7 +7,11 @@ from collections.abc import Iterable
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
-from spacy_transformers.data_classes import TransformerData
+
+from spacy_accelerate.doc_outputs import all_hidden_states as all_hidden
+from spacy_accelerate.doc_outputs import last_hidden_state as last_hidden
+
+__all__ = ["all_hidden", "annotations", "disagreements", "last_hidden", "max_abs_diff", "run"]
 
 Annotation = tuple[str, str, str, int, str, str]
 
@@ -15,28 +19,6 @@ Annotation = tuple[str, str, str, int, str, str]
 def annotations(doc: Doc) -> list[Annotation]:
     """Every annotation the heads make: tag, POS, dependency, head, entity IOB and type."""
     return [(t.tag_, t.pos_, t.dep_, t.head.i, t.ent_iob_, t.ent_type_) for t in doc]
-
-
-def _masked(data: TransformerData, array: np.ndarray) -> np.ndarray:
-    """The rows of a (spans, pieces, width) array at real pieces (padding stripped)."""
-    mask = np.asarray(data.wordpieces.attention_mask).astype(bool)
-    return np.asarray(array)[mask].copy()
-
-
-def last_hidden(doc: Doc) -> np.ndarray:
-    """The last layer's hidden state of every piece of ``doc``, as spaCy stored it."""
-    data = doc._.trf_data
-    if isinstance(data, TransformerData):  # spacy-transformers
-        return _masked(data, data.model_output.last_hidden_state)
-    return np.asarray(data.last_hidden_layer_state.dataXd).copy()
-
-
-def all_hidden(doc: Doc) -> list[np.ndarray]:
-    """The embedding output and every layer's hidden state of ``doc``'s pieces."""
-    data = doc._.trf_data
-    if isinstance(data, TransformerData):
-        return [_masked(data, layer) for layer in data.model_output.hidden_states]
-    return [np.asarray(layer.dataXd).copy() for layer in data.all_outputs]
 
 
 def run(nlp: Language, texts: Iterable[str], batch_size: int) -> list[Doc]:

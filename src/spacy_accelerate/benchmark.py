@@ -1,8 +1,9 @@
 """Side-by-side speed and agreement of a PyTorch pipeline and its accelerated twin.
 
-The machines this runs on are shared and noisy, so the two variants are
-measured in one process, alternating, after a warm-up pass each, and the
-median of the repeats is reported as a ratio. Both variants are the same
+The machines this runs on are shared and noisy, so PyTorch and every
+accelerated variant (fp32, int8, ...) are measured in one process,
+alternating, after a warm-up pass each, and the median of the repeats is
+reported as a ratio. Both variants are the same
 ``Language`` object: ``restore()`` and ``optimize()`` switch it between
 PyTorch and ONNX Runtime, which costs milliseconds once the cache is warm.
 """
@@ -12,15 +13,17 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
 from .accelerate import optimize, restore
+from .doc_outputs import token_cosines
 
 
 @dataclass(frozen=True)
@@ -35,23 +38,51 @@ class Agreement:
 
 
 @dataclass(frozen=True)
+class VariantResult:
+    """One accelerated variant: its timings and how close it stays to PyTorch."""
+
+    options: dict[str, Any]
+    seconds: list[float]
+    agreement: Agreement
+    min_token_cosine: float
+    mean_token_cosine: float
+
+
+@dataclass(frozen=True)
 class SideBySide:
     words: int
     pytorch_seconds: list[float] = field(default_factory=list)
-    accelerated_seconds: list[float] = field(default_factory=list)
-    agreement: Agreement | None = None
+    variants: dict[str, VariantResult] = field(default_factory=dict)
 
     @property
     def pytorch_wps(self) -> float:
         return self.words / statistics.median(self.pytorch_seconds)
 
-    @property
-    def accelerated_wps(self) -> float:
-        return self.words / statistics.median(self.accelerated_seconds)
+    def wps(self, variant: str) -> float:
+        return self.words / statistics.median(self.variants[variant].seconds)
 
-    @property
-    def speedup(self) -> float:
-        return self.accelerated_wps / self.pytorch_wps
+    def speedup(self, variant: str) -> float:
+        """Words per second of ``variant`` over PyTorch's, both medians of the same run."""
+        return self.wps(variant) / self.pytorch_wps
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "words": self.words,
+            "pytorch": {"seconds": self.pytorch_seconds, "wps": round(self.pytorch_wps, 1)},
+            "variants": {
+                name: {
+                    "options": result.options,
+                    "seconds": result.seconds,
+                    "wps": round(self.wps(name), 1),
+                    "speedup_vs_pytorch": round(self.speedup(name), 3),
+                    "agreement": {k: result.agreement.rate(k) for k in result.agreement.same},
+                    "tokens": result.agreement.tokens,
+                    "min_token_cosine": round(result.min_token_cosine, 6),
+                    "mean_token_cosine": round(result.mean_token_cosine, 6),
+                }
+                for name, result in self.variants.items()
+            },
+        }
 
 
 ATTRIBUTES: dict[str, Callable] = {
@@ -83,25 +114,44 @@ def _timed(nlp: Language, texts: Sequence[str], batch_size: int) -> tuple[float,
 def side_by_side(
     nlp: Language,
     texts: Sequence[str],
+    variants: Mapping[str, Mapping[str, Any]],
     *,
     batch_size: int = 64,
     repeats: int = 3,
-    optimize_kwargs: dict | None = None,
 ) -> SideBySide:
-    """Time ``nlp.pipe`` on PyTorch and accelerated, alternating; compare annotations."""
-    kwargs = {"provider": "cpu", "precision": "fp32", **(optimize_kwargs or {})}
+    """Time ``nlp.pipe`` on PyTorch and on each variant (``optimize()`` keyword
+    arguments), alternating; compare every variant's annotations and last hidden
+    states with PyTorch's."""
     words = sum(len(text.split()) for text in texts)
     restore(nlp)
     _, reference = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
-    optimize(nlp, **kwargs)
-    _, accelerated = _timed(nlp, texts, batch_size)  # warm-up
-    result = SideBySide(words=words, agreement=agreement(reference, accelerated))
+    quality: dict[str, tuple[Agreement, np.ndarray]] = {}
+    for name, options in variants.items():
+        optimize(nlp, **options)
+        _, docs = _timed(nlp, texts, batch_size)  # warm-up
+        cosines = np.concatenate(
+            [token_cosines(r, d) for r, d in zip(reference, docs, strict=True)] or [np.ones(1)]
+        )
+        quality[name] = (agreement(reference, docs), cosines)
+    pytorch: list[float] = []
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
         restore(nlp)
-        result.pytorch_seconds.append(_timed(nlp, texts, batch_size)[0])
-        optimize(nlp, **kwargs)
-        result.accelerated_seconds.append(_timed(nlp, texts, batch_size)[0])
-    return result
+        pytorch.append(_timed(nlp, texts, batch_size)[0])
+        for name, options in variants.items():
+            optimize(nlp, **options)
+            seconds[name].append(_timed(nlp, texts, batch_size)[0])
+    results = {
+        name: VariantResult(
+            options=dict(options),
+            seconds=seconds[name],
+            agreement=quality[name][0],
+            min_token_cosine=float(quality[name][1].min()),
+            mean_token_cosine=float(quality[name][1].mean()),
+        )
+        for name, options in variants.items()
+    }
+    return SideBySide(words=words, pytorch_seconds=pytorch, variants=results)
 
 
 def write_report(report: dict[str, Any], output: Path | None) -> None:
