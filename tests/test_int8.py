@@ -14,10 +14,10 @@ from annotations import last_hidden
 from spacy.language import Language
 
 import spacy_accelerate
-from spacy_accelerate import AccuracyError
+from spacy_accelerate import AccuracyError, exported
 from spacy_accelerate.cache import MANIFEST_NAME
 from spacy_accelerate.export import MODEL_FILE
-from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE
+from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE, KeepFloat
 
 
 @pytest.fixture()
@@ -58,7 +58,7 @@ def test_int8_and_fp32_are_separate_cache_entries(bert: Language, cache_dir: Pat
 
 def test_a_failed_accuracy_gate_serves_nothing_and_says_why(bert: Language, cache_dir: Path):
     before = last_hidden(bert("The gate refuses this model ."))
-    with pytest.raises(AccuracyError, match=r"token cosine similarity 0\.\d+ < 0\.999999.*fp32"):
+    with pytest.raises(AccuracyError, match=r"token cosine similarity 0\.\d+ < 0\.999999"):
         spacy_accelerate.optimize(
             bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=0.999999
         )
@@ -89,6 +89,45 @@ def test_the_default_recipe_is_recorded_in_the_cache_key(bert: Language, cache_d
     manifest = json.loads((entry.path / MANIFEST_NAME).read_text())
     recipe = manifest["key_inputs"]["export"]["int8"]
     assert recipe == {
-        "per_channel": DEFAULT_INT8_RECIPE.per_channel,
-        "fuse_first": DEFAULT_INT8_RECIPE.fuse_first,
+        "per_channel": True,
+        "fuse_first": False,
+        "plans": ["nothing", "ffn_output", "ffn"],
     }
+    assert DEFAULT_INT8_RECIPE.plans == tuple(KeepFloat)
+
+
+def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    calls: list[int] = []
+    check = exported.check_parity
+
+    def refuse_the_first(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise AccuracyError("pretend the all-int8 model drifted")
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(exported, "check_parity", refuse_the_first)
+    spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
+    proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+    assert proxy.exported.parity.plan == "ffn_output"
+    model = onnx.load(str(proxy.exported.path / MODEL_FILE))
+    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    spec = proxy.spec
+    float_ffn_out = [
+        node
+        for node in model.graph.node
+        if node.op_type == "MatMul"
+        and any(shapes.get(i) == (spec.intermediate_width, spec.hidden_width) for i in node.input)
+    ]
+    assert len(float_ffn_out) == spec.num_hidden_layers
+    recorded = json.loads((proxy.exported.path / "parity.json").read_text())
+    assert recorded["plan"] == "ffn_output"
+
+
+def test_when_no_plan_passes_every_attempt_is_reported(bert: Language, cache_dir: Path):
+    with pytest.raises(AccuracyError, match="Plans tried: nothing .* ffn_output .* ffn kept"):
+        spacy_accelerate.optimize(
+            bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=0.999999
+        )

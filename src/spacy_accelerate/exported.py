@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .architectures import DetectedEncoder
-from .architectures.spec import EncoderSpec
 from .cache import CacheEntry, ModelCache
 from .config import OptimizeConfig, Precision
-from .errors import CacheError
+from .errors import AccuracyError, CacheError
 from .export import MODEL_FILE, export_onnx, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
@@ -55,16 +55,40 @@ def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
     return recorded_report_meets(report, gate)
 
 
-def _finish_graph(
-    path: Path, spec: EncoderSpec, config: OptimizeConfig, provider: ResolvedProvider
-) -> None:
-    """Fusions for the provider, then the precision conversion asked for."""
-    if config.precision is Precision.INT8:
-        if config.int8.fuse_first:
-            optimize_graph(path, spec, provider)
-        quantize_int8(path, config.int8)
-    else:
-        optimize_graph(path, spec, provider)
+def _quantize_within_gate(
+    path: Path,
+    module: torch.nn.Module,
+    detected: DetectedEncoder,
+    config: OptimizeConfig,
+    provider: ResolvedProvider,
+    *,
+    window: int,
+    gate: Gate,
+) -> tuple[EncoderSession, ParityReport]:
+    """Quantize the fp32 model at ``path`` with the first plan whose model passes ``gate``."""
+    spec = detected.spec
+    float_model = path.with_name(f"float-{path.name}")
+    os.replace(path, float_model)
+    if config.int8.fuse_first:
+        optimize_graph(float_model, spec, provider)
+    refused: list[str] = []
+    for plan in config.int8.plans:
+        kept = quantize_int8(float_model, path, spec, config.int8, plan)
+        session = EncoderSession(path, provider, config)
+        try:
+            report = check_parity(module, detected, session, window=window, gate=gate)
+        except AccuracyError as error:
+            refused.append(f"{plan.value} kept float ({kept} MatMuls): {error}")
+            continue
+        float_model.unlink()
+        logger.info("int8 plan %r passed the gate (%d MatMuls kept float)", plan.value, kept)
+        return session, replace(report, plan=plan.value)
+    float_model.unlink()
+    raise AccuracyError(
+        "No int8 plan keeps this model within the gate, so no int8 model was served and the "
+        "pipeline is unchanged. Use precision='fp32', or lower min_cosine if less accuracy is "
+        "enough for you. Plans tried: " + " | ".join(refused)
+    )
 
 
 def get_or_export(
@@ -90,11 +114,16 @@ def get_or_export(
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
         del hf_model
-        _finish_graph(path, spec, config, provider)
-        # ONNX Runtime holds the whole model in memory, so this session stays
+        # ONNX Runtime holds the whole model in memory, so the session stays
         # valid after the folder is renamed into the cache: it is served as is.
-        session = EncoderSession(path, provider, config)
-        report = check_parity(module, detected, session, window=window, gate=gate)
+        if config.precision is Precision.INT8:
+            session, report = _quantize_within_gate(
+                path, module, detected, config, provider, window=window, gate=gate
+            )
+        else:
+            optimize_graph(path, spec, provider)
+            session = EncoderSession(path, provider, config)
+            report = check_parity(module, detected, session, window=window, gate=gate)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
         built.append((session, report))
 

@@ -34,6 +34,8 @@ class ParityReport:
     min_cosine: tuple[float, ...]
     gate: Gate
     batch_shape: tuple[int, int]
+    #: For int8: the quantization plan that passed (see :class:`~.quantize.KeepFloat`).
+    plan: str | None = None
 
     @property
     def worst(self) -> float:
@@ -54,6 +56,7 @@ class ParityReport:
             "min_cosine": list(self.min_cosine),
             "gate": {"max_abs_diff": self.gate.max_abs_diff, "min_cosine": self.gate.min_cosine},
             "batch_shape": list(self.batch_shape),
+            "plan": self.plan,
         }
 
     def per_output(self) -> str:

@@ -1,11 +1,17 @@
 """int8 for CPUs: ONNX Runtime's dynamic quantization of the exported encoder.
 
-Weights of every MatMul become int8 (per tensor or per output channel);
-activations are quantized on the fly. Embedding lookups, layer norms and
-softmax stay float, which is where the accuracy lives. Whether the
-transformer fusions run before quantizing is a choice of the recipe: on the
-AVX-512/AMX CPUs this project measured, the unfused graph quantized faster
-(see ``benchmarks/int8_recipes.py``), so that is the default.
+Weights of the projection MatMuls become int8 (one scale per output channel
+by default: per tensor loses far more on real checkpoints, for the same
+speed); activations are quantized on the fly. Embedding lookups, layer
+norms, softmax and the attention products stay float.
+
+Some checkpoints carry outlier activations into their feed-forward output
+projections (all-MiniLM-L6-v2 does), where one scale for a whole activation
+tensor cannot keep them. So quantization is a ladder of plans, from all
+projections in int8 to only the attention projections: the first plan whose
+model passes the accuracy gate is served (see :mod:`spacy_accelerate.exported`).
+The projections are found by their weight shapes (hidden -> intermediate and
+back), read from the graph, not from node names that differ by family.
 """
 
 from __future__ import annotations
@@ -14,9 +20,26 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
+import onnx
+
+from .architectures.spec import EncoderSpec
+
 logger = logging.getLogger("spacy_accelerate")
+
+
+class KeepFloat(str, Enum):
+    """Which projections a quantization plan leaves in float32, least first."""
+
+    NOTHING = "nothing"
+    FFN_OUTPUT = "ffn_output"
+    FFN = "ffn"
+
+
+#: The plans tried in turn until one passes the gate.
+FALLBACK_PLANS: tuple[KeepFloat, ...] = (KeepFloat.NOTHING, KeepFloat.FFN_OUTPUT, KeepFloat.FFN)
 
 
 @dataclass(frozen=True)
@@ -24,43 +47,75 @@ class Int8Recipe:
     """How the int8 model is made; part of the cache key."""
 
     #: One scale per output channel of each weight instead of one per tensor.
-    per_channel: bool = False
+    per_channel: bool = True
     #: Apply ONNX Runtime's transformer fusions (fused attention) before quantizing.
     fuse_first: bool = False
+    #: The plans tried in turn (see :class:`KeepFloat`).
+    plans: tuple[KeepFloat, ...] = FALLBACK_PLANS
 
 
 DEFAULT_INT8_RECIPE = Int8Recipe()
 
-#: Operators whose weights are quantized: the projections of attention and the
-#: feed-forward layers (``Attention`` appears only in a fused graph).
+#: Operators whose weights are quantized (``Attention`` appears only in a fused graph).
 QUANTIZED_OPS = ("MatMul", "Attention")
 
 
-def quantize_int8(path: Path, recipe: Int8Recipe) -> None:
-    """Replace the fp32 model at ``path`` with its dynamically quantized int8 version.
+def _kept_nodes(model: onnx.ModelProto, spec: EncoderSpec, keep: KeepFloat) -> list[str]:
+    """MatMul nodes whose constant weight has the shape of a kept projection."""
+    hidden, inner = spec.hidden_width, spec.intermediate_width
+    shapes = {
+        KeepFloat.NOTHING: set(),
+        KeepFloat.FFN_OUTPUT: {(inner, hidden)},
+        KeepFloat.FFN: {(inner, hidden), (hidden, inner)},
+    }[keep]
+    weights = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type == "MatMul" and any(weights.get(i) in shapes for i in node.input)
+    ]
+
+
+def quantize_int8(
+    source: Path, target: Path, spec: EncoderSpec, recipe: Int8Recipe, keep: KeepFloat
+) -> int:
+    """Write the dynamically quantized int8 version of ``source`` to ``target``.
 
     The model first goes through ONNX Runtime's quantization pre-processing
     (ONNX shape inference and graph clean-up; its symbolic shape inference
     cannot follow the dynamic mask arithmetic), the step its quantizer
-    expects before it runs.
+    expects. Returns how many MatMuls were kept in float32.
     """
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    prepared = path.with_name(f"{path.stem}.prepared{path.suffix}")
-    quantized = path.with_name(f"{path.stem}.int8{path.suffix}")
+    prepared = target.with_name(f"{target.stem}.prepared{target.suffix}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quant_pre_process(str(path), str(prepared), skip_symbolic_shape=True)
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+        kept = _kept_nodes(onnx.load(str(prepared)), spec, keep)
         quantize_dynamic(
             model_input=str(prepared),
-            model_output=str(quantized),
+            model_output=str(target),
             op_types_to_quantize=list(QUANTIZED_OPS),
             per_channel=recipe.per_channel,
             reduce_range=False,
             weight_type=QuantType.QInt8,
-            extra_options={"MatMulConstBOnly": True},
+            nodes_to_exclude=kept,
+            # Tensors made by ONNX Runtime's own fused operators have no type in
+            # ONNX's shape inference; every activation here is float32.
+            extra_options={"MatMulConstBOnly": True, "DefaultTensorType": TensorProto.FLOAT},
         )
-    os.replace(quantized, path)
-    prepared.unlink()
-    logger.debug("quantized %s to int8 (%s)", path.name, recipe)
+    os.remove(prepared)
+    logger.debug("quantized %s to int8 (%s, %d MatMuls kept float)", source.name, recipe, len(kept))
+    return len(kept)
+
+
+__all__ = [
+    "DEFAULT_INT8_RECIPE",
+    "FALLBACK_PLANS",
+    "Int8Recipe",
+    "KeepFloat",
+    "quantize_int8",
+]
