@@ -34,7 +34,8 @@ def test_int8_keeps_the_trained_minilm_annotations(samples_root: Path, cache_dir
     assert proxy.exported.parity.worst_cosine >= 0.99
     accelerated = list(nlp.pipe(texts, batch_size=64))
 
-    cosines = np.concatenate([token_cosines(r, a) for r, a in zip(reference, accelerated, strict=True)])
+    pairs = zip(reference, accelerated, strict=True)
+    cosines = np.concatenate([token_cosines(ref, acc) for ref, acc in pairs])
     assert cosines.size > 25_000
     assert cosines.min() >= 0.99, cosines.min()
     same = agreement(reference, accelerated)

@@ -213,8 +213,10 @@ class AcceleratedHFModel(AcceleratedModule):
         ids = _numpy(input_ids)
         mask = np.ones_like(ids) if attention_mask is None else _numpy(attention_mask)
         types = np.zeros_like(ids) if token_type_ids is None else _numpy(token_type_ids)
-        all_hidden = config.output_hidden_states if output_hidden_states is None else bool(
-            output_hidden_states
+        all_hidden = (
+            config.output_hidden_states
+            if output_hidden_states is None
+            else bool(output_hidden_states)
         )
         hidden = self.spec.hidden_state_names
         names = [*(hidden if all_hidden else hidden[-1:])]
