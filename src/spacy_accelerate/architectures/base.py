@@ -117,6 +117,30 @@ class TensorTaker:
             )
 
 
+def bert_like_config_kwargs(spec: EncoderSpec) -> dict[str, object]:
+    """Hugging Face config arguments shared by the BERT-like families.
+
+    Dropout is zero because the export is for inference; the attention is the
+    eager implementation because it exports to the plain ONNX pattern that
+    ONNX Runtime's transformer optimizer recognises.
+    """
+    return {
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_width,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "intermediate_size": spec.intermediate_width,
+        "hidden_act": spec.hidden_act,
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "type_vocab_size": spec.type_vocab_size,
+        "layer_norm_eps": spec.layer_norm_eps,
+        "pad_token_id": spec.padding_idx,
+        "attn_implementation": "eager",
+    }
+
+
 def take_embeddings(taker: TensorTaker, prefix: str) -> Tensors:
     """Curated BERT embeddings under ``prefix`` -> Hugging Face ``embeddings.*`` names."""
     out: Tensors = {}

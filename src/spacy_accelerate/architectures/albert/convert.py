@@ -14,7 +14,14 @@ import torch
 from curated_transformers.models.albert.encoder import AlbertEncoder
 from transformers import AlbertConfig, AlbertModel, PretrainedConfig
 
-from ..base import Architecture, Tensors, TensorTaker, take_embeddings, take_split_qkv
+from ..base import (
+    Architecture,
+    Tensors,
+    TensorTaker,
+    bert_like_config_kwargs,
+    take_embeddings,
+    take_split_qkv,
+)
 from ..spec import EncoderSpec, read_bert_like_spec
 
 # curated BERT-layer parameter -> Hugging Face ALBERT-layer parameter.
@@ -50,23 +57,11 @@ class AlbertArchitecture(Architecture):
     @classmethod
     def hf_config(cls, spec: EncoderSpec) -> PretrainedConfig:
         return AlbertConfig(
-            vocab_size=spec.vocab_size,
+            **bert_like_config_kwargs(spec),
             embedding_size=spec.embedding_width,
-            hidden_size=spec.hidden_width,
-            num_hidden_layers=spec.num_hidden_layers,
             num_hidden_groups=spec.num_hidden_groups,
             inner_group_num=spec.inner_group_num,
-            num_attention_heads=spec.num_attention_heads,
-            intermediate_size=spec.intermediate_width,
-            hidden_act=spec.hidden_act,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
             classifier_dropout_prob=0.0,
-            max_position_embeddings=spec.max_position_embeddings,
-            type_vocab_size=spec.type_vocab_size,
-            layer_norm_eps=spec.layer_norm_eps,
-            pad_token_id=spec.padding_idx,
-            attn_implementation="eager",
         )
 
     @classmethod

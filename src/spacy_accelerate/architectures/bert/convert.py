@@ -13,7 +13,7 @@ from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.bert.encoder import BertEncoder
 from transformers import BertConfig, BertModel, PretrainedConfig
 
-from ..base import Architecture, Tensors, bert_like_state_dict
+from ..base import Architecture, Tensors, bert_like_config_kwargs, bert_like_state_dict
 from ..spec import EncoderSpec, read_bert_like_spec
 
 
@@ -41,24 +41,7 @@ class BertArchitecture(Architecture):
 
     @classmethod
     def hf_config(cls, spec: EncoderSpec) -> PretrainedConfig:
-        # Dropout is zero because the export is for inference; the attention is
-        # the eager implementation because it exports to the plain ONNX pattern
-        # that ONNX Runtime's transformer optimizer recognises.
-        return cls.hf_config_type(
-            vocab_size=spec.vocab_size,
-            hidden_size=spec.hidden_width,
-            num_hidden_layers=spec.num_hidden_layers,
-            num_attention_heads=spec.num_attention_heads,
-            intermediate_size=spec.intermediate_width,
-            hidden_act=spec.hidden_act,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            max_position_embeddings=spec.max_position_embeddings,
-            type_vocab_size=spec.type_vocab_size,
-            layer_norm_eps=spec.layer_norm_eps,
-            pad_token_id=spec.padding_idx,
-            attn_implementation="eager",
-        )
+        return cls.hf_config_type(**bert_like_config_kwargs(spec))
 
     @classmethod
     def hf_state_dict(cls, encoder: torch.nn.Module, spec: EncoderSpec) -> Tensors:
