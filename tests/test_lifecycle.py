@@ -3,6 +3,7 @@ against training, restored, and run in several processes."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,3 +176,20 @@ def test_two_processes_annotate_like_one(roberta: Language, cache_dir: Path, tex
     single = [annotations(doc) for doc in roberta.pipe(texts, batch_size=4)]
     double = [annotations(doc) for doc in roberta.pipe(texts, batch_size=4, n_process=2)]
     assert double == single
+
+
+def test_a_pickled_pipeline_reopens_its_cache_entry(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    # What a spawned worker process receives: no session travels in the pickle.
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    copy = pickle.loads(pickle.dumps(roberta))
+    original = spacy_accelerate.accelerated_components(roberta)["transformer"]
+    reopened = spacy_accelerate.accelerated_components(copy)["transformer"]
+    assert reopened.session is not original.session
+    assert reopened.exported.key == original.exported.key
+    assert [annotations(d) for d in copy.pipe(texts[:6])] == [
+        annotations(d) for d in roberta.pipe(texts[:6])
+    ]
+    with pytest.raises(InferenceOnlyError):
+        copy.update([])
