@@ -1,6 +1,6 @@
 """PyTorch vs spacy-accelerate on one sample pipeline, side by side, in one process.
 
-    python benchmarks/side_by_side.py --sample minilm-trained --precision fp32 int8 \\
+    python benchmarks/side_by_side.py --sample minilm-ewt --precision fp32 int8 \\
         --sentences 2077 --batch-size 64 --repeats 3 --output benchmarks/results/x.json
 
 Words per second of ``nlp.pipe`` over UD-EWT test documents (full pipeline),

@@ -1,6 +1,6 @@
-"""Build (or reuse) the "minilm-trained" sample and score it on UD-EWT test.
+"""Build (or reuse) the "minilm-ewt" sample and score it on UD-EWT test.
 
-    python benchmarks/train_minilm_heads.py --output benchmarks/results/minilm-trained.json
+    python benchmarks/train_minilm_heads.py --output benchmarks/results/minilm-ewt.json
 
 The heads (tagger, parser, NER) are trained on UD-EWT dev over the frozen all-MiniLM-L6-v2
 encoder, see :mod:`spacy_accelerate.samples.trained`.  The report gives tag accuracy, UAS/LAS
@@ -64,7 +64,7 @@ def main() -> None:
         f"LAS {scores['dep_las']:.3f}  NER F1 {scores['ents_f']:.3f}"
     )
     report: dict[str, object] = {
-        "sample": "minilm-trained",
+        "sample": "minilm-ewt",
         "path": str(folder),
         "test_scores": scores,
         "build": json.loads((folder / "sample.json").read_text(encoding="utf8")),

@@ -1,11 +1,11 @@
 """Side-by-side speed and agreement of a PyTorch pipeline and its accelerated twin.
 
-The machines this runs on are shared and noisy, so PyTorch and every
-accelerated variant (fp32, int8, ...) are measured in one process,
-alternating, after a warm-up pass each, and the median of the repeats is
-reported as a ratio. Both variants are the same
-``Language`` object: ``restore()`` and ``optimize()`` switch it between
-PyTorch and ONNX Runtime, which costs milliseconds once the cache is warm.
+The machines this runs on are shared and noisy, so the reference (PyTorch
+fp32) and every other variant (:mod:`spacy_accelerate.baselines`) are
+measured in one process, alternating, after a warm-up pass each, and the
+median of the repeats is reported as a ratio. All variants are the same
+``Language`` object switched in place (``restore()``/``optimize()`` cost
+milliseconds once the cache is warm).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from .accelerate import optimize, restore
+from .baselines import Accelerated, PyTorch, Variant
 from .doc_outputs import token_cosines
 
 
@@ -39,13 +39,14 @@ class Agreement:
 
 @dataclass(frozen=True)
 class VariantResult:
-    """One accelerated variant: its timings and how close it stays to PyTorch."""
+    """One variant: its timings, its docs (warm-up pass) and how close it stays to PyTorch."""
 
     options: dict[str, Any]
     seconds: list[float]
     agreement: Agreement
     min_token_cosine: float
     mean_token_cosine: float
+    docs: list[Doc] = field(default_factory=list, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SideBySide:
     words: int
     pytorch_seconds: list[float] = field(default_factory=list)
     variants: dict[str, VariantResult] = field(default_factory=dict)
+    reference: list[Doc] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def pytorch_wps(self) -> float:
@@ -114,44 +116,52 @@ def _timed(nlp: Language, texts: Sequence[str], batch_size: int) -> tuple[float,
 def side_by_side(
     nlp: Language,
     texts: Sequence[str],
-    variants: Mapping[str, Mapping[str, Any]],
+    variants: Mapping[str, Variant | Mapping[str, Any]],
     *,
     batch_size: int = 64,
     repeats: int = 3,
+    reference: Variant | None = None,
 ) -> SideBySide:
-    """Time ``nlp.pipe`` on PyTorch and on each variant (``optimize()`` keyword
-    arguments), alternating; compare every variant's annotations and last hidden
-    states with PyTorch's."""
-    words = sum(len(text.split()) for text in texts)
-    restore(nlp)
-    _, reference = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
-    quality: dict[str, tuple[Agreement, np.ndarray]] = {}
-    for name, options in variants.items():
-        optimize(nlp, **options)
-        _, docs = _timed(nlp, texts, batch_size)  # warm-up
-        cosines = np.concatenate(
-            [token_cosines(r, d) for r, d in zip(reference, docs, strict=True)] or [np.ones(1)]
-        )
-        quality[name] = (agreement(reference, docs), cosines)
-    pytorch: list[float] = []
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(repeats):
-        restore(nlp)
-        pytorch.append(_timed(nlp, texts, batch_size)[0])
-        for name, options in variants.items():
-            optimize(nlp, **options)
-            seconds[name].append(_timed(nlp, texts, batch_size)[0])
-    results = {
-        name: VariantResult(
-            options=dict(options),
-            seconds=seconds[name],
-            agreement=quality[name][0],
-            min_token_cosine=float(quality[name][1].min()),
-            mean_token_cosine=float(quality[name][1].mean()),
-        )
-        for name, options in variants.items()
+    """Time ``nlp.pipe`` on ``reference`` (PyTorch fp32) and on each variant, alternating;
+    compare every variant's annotations and last hidden states with the reference's.
+
+    A variant given as a mapping is ``optimize()``'s keyword arguments.
+    """
+    base = reference if reference is not None else PyTorch()
+    chosen = {
+        name: v if isinstance(v, Variant) else Accelerated(dict(v)) for name, v in variants.items()
     }
-    return SideBySide(words=words, pytorch_seconds=pytorch, variants=results)
+    words = sum(len(text.split()) for text in texts)
+    base.apply(nlp)
+    _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
+    warm: dict[str, list[Doc]] = {}
+    for name, variant in chosen.items():
+        variant.apply(nlp)
+        warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
+    base_seconds: list[float] = []
+    seconds: dict[str, list[float]] = {name: [] for name in chosen}
+    for _ in range(repeats):
+        base.apply(nlp)
+        base_seconds.append(_timed(nlp, texts, batch_size)[0])
+        for name, variant in chosen.items():
+            variant.apply(nlp)
+            seconds[name].append(_timed(nlp, texts, batch_size)[0])
+    base.apply(nlp)
+    results = {}
+    for name, variant in chosen.items():
+        pairs = zip(expected, warm[name], strict=True)
+        cosines = np.concatenate([token_cosines(e, d) for e, d in pairs] or [np.ones(1)])
+        results[name] = VariantResult(
+            options=variant.describe(),
+            seconds=seconds[name],
+            agreement=agreement(expected, warm[name]),
+            min_token_cosine=float(cosines.min()),
+            mean_token_cosine=float(cosines.mean()),
+            docs=warm[name],
+        )
+    return SideBySide(
+        words=words, pytorch_seconds=base_seconds, variants=results, reference=expected
+    )
 
 
 def write_report(report: dict[str, Any], output: Path | None) -> None:

@@ -115,6 +115,30 @@ ALBERT_SPEC = CuratedSpec(
     inner_group_num=2,
 )
 
+#: The shape of en_core_web_trf's encoder (roberta-base): speed depends on shape, not on
+#: values, so random weights measure what a user of that pipeline would see.
+TRF_BASE_SPEC = CuratedSpec(
+    family="roberta",
+    hidden_width=768,
+    num_attention_heads=12,
+    num_hidden_layers=12,
+    intermediate_width=3072,
+    hidden_act="gelu",
+    layer_norm_eps=1e-5,
+    max_position_embeddings=514,
+    padding_idx=1,
+    type_vocab_size=1,
+    window=128,
+    stride=96,
+    seed=41,
+    parser_hidden_width=64,
+    ner_hidden_width=64,
+)
+
+#: Byte-level BPE vocabulary of trf-base: as large as EWT text supports (roberta-base
+#: has 50,265 pieces, which only changes the embedding table's size).
+TRF_BASE_VOCAB_SIZE = 8000
+
 #: The NER-only encoder of "roberta-two": narrower, deeper-headed and with its own window.
 ROBERTA_NER_SPEC = CuratedSpec(
     family="roberta",
@@ -216,6 +240,12 @@ def build_roberta_sample(output_dir: Path, *, train_docs: Sequence[Doc]) -> Path
     """Tiny random-weight RoBERTa (hidden 48, 3 heads of 16, window 32/stride 24)."""
     piece_vocab = train_byte_bpe_vocab(output_dir / PIECE_VOCAB_DIR)
     return build_pipeline(ROBERTA_SPEC, piece_vocab, output_dir, train_docs=train_docs)
+
+
+def build_trf_base_sample(output_dir: Path, *, train_docs: Sequence[Doc]) -> Path:
+    """en_core_web_trf's shape: RoBERTa 12 x 768, 12 heads, FFN 3072, window 128/96, random."""
+    piece_vocab = train_byte_bpe_vocab(output_dir / PIECE_VOCAB_DIR, vocab_size=TRF_BASE_VOCAB_SIZE)
+    return build_pipeline(TRF_BASE_SPEC, piece_vocab, output_dir, train_docs=train_docs)
 
 
 def build_bert_sample(output_dir: Path, *, train_docs: Sequence[Doc]) -> Path:

@@ -42,6 +42,8 @@ from .curated import (
     ROBERTA_NER_SPEC,
     ROBERTA_SCALAR_HEADS,
     ROBERTA_SPEC,
+    TRF_BASE_SPEC,
+    TRF_BASE_VOCAB_SIZE,
     XLMR_SPEC,
     build_albert_sample,
     build_bert_sample,
@@ -52,6 +54,7 @@ from .curated import (
     build_roberta_sample,
     build_roberta_scalar_sample,
     build_roberta_two_sample,
+    build_trf_base_sample,
     build_xlmr_sample,
     curated_torch_module,
     load_hf_encoder_weights,
@@ -122,6 +125,10 @@ def _spacy_transformers_recipe(name: str) -> SampleRecipe:
 _RECIPES: dict[str, SampleRecipe] = {
     "roberta": SampleRecipe(build_roberta_sample, _spec(ROBERTA_SPEC)),
     "bert": SampleRecipe(build_bert_sample, _spec(BERT_SPEC)),
+    "trf-base": SampleRecipe(
+        build_trf_base_sample,
+        lambda: {"spec": asdict(TRF_BASE_SPEC), "vocab_size": TRF_BASE_VOCAB_SIZE},
+    ),
     "minilm": SampleRecipe(build_minilm_sample, lambda: asdict(minilm_spec())),
     "xlmr": SampleRecipe(build_xlmr_sample, _spec(XLMR_SPEC), _SENTENCEPIECE_DISTS),
     "camembert": SampleRecipe(build_camembert_sample, _spec(CAMEMBERT_SPEC), _SENTENCEPIECE_DISTS),

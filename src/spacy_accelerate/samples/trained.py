@@ -1,4 +1,4 @@
-"""The MiniLM sample pipeline with briefly trained heads ("minilm-trained").
+"""The MiniLM sample pipeline with briefly trained heads ("minilm-ewt").
 
 The plain ``minilm`` sample has real encoder weights but untrained heads, so its tags, parses
 and entities are noise: agreement checks between runtimes pass, but a demo or an accuracy
@@ -52,7 +52,7 @@ from .pipelines import (
     default_cache_root,
 )
 
-TRAINED_SAMPLE_NAME = "minilm-trained"
+TRAINED_SAMPLE_NAME = "minilm-ewt"
 # Bump whenever the training recipe changes what is written, so stale caches are never reused.
 TRAINED_BUILDER_VERSION = "1"
 
@@ -242,7 +242,7 @@ def encoder_state_digest(nlp: Language) -> str:
     """SHA-256 over the curated encoder's state dict (names, dtypes, shapes and bytes).
 
     Equal digests mean byte-identical encoder weights, e.g. between ``minilm`` and
-    ``minilm-trained``.
+    ``minilm-ewt``.
     """
     digest = hashlib.sha256()
     for name, tensor in sorted(curated_torch_module(nlp).state_dict().items()):
@@ -352,7 +352,7 @@ def ensure_trained_sample(
     *,
     log: Logger = _timestamped,
 ) -> Path:
-    """Path of the cached ``minilm-trained`` pipeline (``spacy.load``-able), built on first use.
+    """Path of the cached ``minilm-ewt`` pipeline (``spacy.load``-able), built on first use.
 
     Lives next to the other samples (``default_cache_root()``); a file lock serialises
     concurrent builders (e.g. pytest-xdist workers).

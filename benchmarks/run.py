@@ -1,0 +1,244 @@
+"""The benchmark: every variant this machine can run, on real text, side by side.
+
+    python benchmarks/run.py                       # both pipelines, defaults below
+    python benchmarks/run.py --pipelines minilm-ewt --sentences 500 --repeats 3
+
+For each benchmark pipeline (``trf-base``: en_core_web_trf's shape with random
+weights; ``minilm-ewt``: real MiniLM-L6 weights with heads trained on UD-EWT
+dev) and each variant available here (PyTorch fp32, PyTorch bf16 autocast on a
+CPU, PyTorch fp16 autocast on a GPU, spacy-accelerate per provider and
+precision): words per second of ``nlp.pipe`` over UD-EWT test documents, for
+the full pipeline and for transformer + ner only, warm-up then ``--repeats``
+passes with the variants alternating; accuracy against gold (tag accuracy, LAS,
+NER F1); agreement of every annotation and the cosine of every piece's last
+hidden state with PyTorch fp32; cold (empty cache) and warm ``optimize()``
+time; the process's peak RSS after each mode (one process runs every variant, so
+this is an upper bound for any one of them). Writes
+``benchmarks/results/<machine>-<date>.json`` and ``.md`` (the table);
+``benchmarks/plot.py`` draws the chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import spacy  # noqa: E402
+from spacy.language import Language  # noqa: E402
+from spacy.scorer import Scorer  # noqa: E402
+from spacy.training import Example  # noqa: E402
+
+from spacy_accelerate.baselines import Accelerated, Variant, available_variants  # noqa: E402
+from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
+from spacy_accelerate.fingerprint import package_versions  # noqa: E402
+from spacy_accelerate.samples import ewt  # noqa: E402
+from spacy_accelerate.samples.pipelines import ensure_sample  # noqa: E402
+from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, ensure_trained_sample  # noqa: E402
+from spacy_accelerate.validate import transformer_components  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+PIPELINES = ("trf-base", "minilm-ewt")
+#: UD-EWT test sentences per pipeline: trf-base is ~15x slower per word than MiniLM.
+DEFAULT_SENTENCES = {"trf-base": 400, "minilm-ewt": 2077}
+SCORES = ("tag_acc", "dep_las", "ents_f")
+
+
+def load_pipeline(name: str) -> Language:
+    if name == TRAINED_SAMPLE_NAME:
+        return spacy.load(ensure_trained_sample())
+    return spacy.load(ensure_sample(name))
+
+
+#: CPU features that decide which variants can be fast (bf16, VNNI int8, AMX).
+CPU_FEATURES = ("avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def machine() -> dict[str, Any]:
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "cpu": model,
+        "cpus": len(os.sched_getaffinity(0)),
+        "cpu_features": [f for f in CPU_FEATURES if f in flags],
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def machine_slug(info: dict[str, Any]) -> str:
+    words = "".join(c if c.isalnum() else "-" for c in info["cpu"].lower()).split("-")
+    cpu = "-".join(w for w in words if w and w not in {"r", "tm", "cpu", "intel", "amd"})[:40]
+    gpu = "-" + "".join(c for c in info["gpu"].lower() if c.isalnum()) if "gpu" in info else ""
+    return f"{cpu}-{info['cpus']}cpu{gpu}"
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, float]:
+    """Cold (empty cache: convert, export, gate) and warm (cache hit, gate re-run) seconds."""
+    with tempfile.TemporaryDirectory() as folder:
+        options = {**variant.options, "cache_dir": folder}
+        start = time.perf_counter()
+        Accelerated(options).apply(nlp)
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        Accelerated(options).apply(nlp)
+        warm = time.perf_counter() - start
+    return {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
+
+
+def gold_scores(nlp: Language, docs: list, gold: list) -> dict[str, float]:
+    examples = [Example(pred, ref) for pred, ref in zip(docs, gold, strict=True)]
+    scores = Scorer(nlp).score(examples)
+    return {key: round(float(scores.get(key) or 0.0), 4) for key in SCORES}
+
+
+def run_pipeline(
+    name: str, variants: dict[str, Variant], args: argparse.Namespace
+) -> dict[str, Any]:
+    nlp = load_pipeline(name)
+    sentences = args.sentences or DEFAULT_SENTENCES.get(name, 500)
+    gold = ewt.load_documents("test", max_sentences=8, limit_sentences=sentences, vocab=nlp.vocab)
+    texts = [doc.text for doc in gold]
+    others = {k: v for k, v in variants.items() if k != "pytorch fp32"}
+    report: dict[str, Any] = {"documents": len(texts), "sentences": sentences, "variants": {}}
+
+    timings = {k: optimize_times(nlp, v) for k, v in others.items() if isinstance(v, Accelerated)}
+    ner_only = [c.name for c in transformer_components(nlp)] + ["ner"]
+    modes: dict[str, SideBySide] = {}
+    for mode in ("full", "transformer+ner"):
+        print(f"[{datetime.now():%H:%M:%S}] {name}: {mode}", flush=True)
+        enabled = nlp.pipe_names if mode == "full" else ner_only
+        with nlp.select_pipes(enable=enabled):
+            modes[mode] = side_by_side(
+                nlp, texts, others, batch_size=args.batch_size, repeats=args.repeats
+            )
+        report.setdefault("peak_rss_mib", {})[mode] = round(peak_rss_mib(), 1)
+
+    full = modes["full"]
+    report["words"] = full.words
+    report["variants"]["pytorch fp32"] = {
+        "wps": {mode: round(result.pytorch_wps, 1) for mode, result in modes.items()},
+        "speedup": {mode: 1.0 for mode in modes},
+        "gold": gold_scores(nlp, full.reference, gold),
+    }
+    for variant in others:
+        result = full.variants[variant]
+        report["variants"][variant] = {
+            "options": result.options,
+            "wps": {mode: round(r.wps(variant), 1) for mode, r in modes.items()},
+            "speedup": {mode: round(r.speedup(variant), 3) for mode, r in modes.items()},
+            "seconds": {mode: r.variants[variant].seconds for mode, r in modes.items()},
+            "gold": gold_scores(nlp, result.docs, gold),
+            "agreement": {k: round(result.agreement.rate(k), 5) for k in result.agreement.same},
+            "tokens": result.agreement.tokens,
+            "min_token_cosine": round(result.min_token_cosine, 5),
+            "mean_token_cosine": round(result.mean_token_cosine, 6),
+            **({"optimize": timings[variant]} if variant in timings else {}),
+        }
+    report["pytorch_seconds"] = {mode: r.pytorch_seconds for mode, r in modes.items()}
+    return report
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cpus']} CPUs ({', '.join(m['cpu_features'])})"
+        + (f", {m['gpu']}" if "gpu" in m else "")
+        + ".",
+        f"Batch size {results['batch_size']}, median of {results['repeats']} alternating passes "
+        "after a warm-up; speedups are against PyTorch fp32 in the same run.",
+        "",
+        "| pipeline | variant | full WPS | speedup | trf+ner WPS | speedup | tag acc | LAS "
+        "| NER F1 | agreement tag / dep / ent | min token cos | optimize cold / warm |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for pipeline, report in results["pipelines"].items():
+        for variant, row in report["variants"].items():
+            agree = row.get("agreement")
+            agreement = (
+                f"{agree['tag']:.2%} / {agree['dep']:.2%} / {agree['ent']:.2%}" if agree else "ref"
+            )
+            opt = row.get("optimize")
+            timing = f"{opt['cold_seconds']} s / {opt['warm_seconds']} s" if opt else ""
+            gold = row["gold"]
+            lines.append(
+                f"| {pipeline} | {variant} | {row['wps']['full']:,.0f} "
+                f"| {row['speedup']['full']:.2f}x | {row['wps']['transformer+ner']:,.0f} "
+                f"| {row['speedup']['transformer+ner']:.2f}x | {gold['tag_acc']:.3f} "
+                f"| {gold['dep_las']:.3f} | {gold['ents_f']:.3f} | {agreement} "
+                f"| {row.get('min_token_cosine', 1.0):.4f} | {timing} |"
+            )
+    if results["skipped"]:
+        lines.append("")
+        lines.append(
+            "Not run here: "
+            + "; ".join(
+                f"{name} ({reason.splitlines()[0]})" for name, reason in results["skipped"].items()
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
+    parser.add_argument(
+        "--sentences", type=int, help="UD-EWT test sentences (default per pipeline)"
+    )
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    variants, skipped = available_variants()
+    info = machine()
+    started = datetime.now(timezone.utc)
+    results: dict[str, Any] = {
+        "machine": info,
+        "date": started.isoformat(timespec="seconds"),
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+        "variants": {name: v.describe() for name, v in variants.items()},
+        "skipped": skipped,
+        "versions": package_versions(),
+        "pipelines": {},
+    }
+    for name in args.pipelines:
+        results["pipelines"][name] = run_pipeline(name, variants, args)
+    results["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
+
+    stem = f"{machine_slug(info)}-{started:%Y-%m-%d}"
+    write_report(results, args.output_dir / f"{stem}.json")
+    table = markdown(results)
+    (args.output_dir / f"{stem}.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
