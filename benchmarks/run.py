@@ -12,8 +12,8 @@ the full pipeline and for transformer + ner only, warm-up then ``--repeats``
 passes with the variants alternating; accuracy against gold (tag accuracy, LAS,
 NER F1); agreement of every annotation and the cosine of every piece's last
 hidden state with PyTorch fp32; cold (empty cache) and warm ``optimize()``
-time; the process's peak RSS after each mode (one process runs every variant, so
-this is an upper bound for any one of them). Writes
+time; the resident memory after each variant's warm-up pass (the session of
+the variant before it has been released by then) and the process's peak RSS. Writes
 ``benchmarks/results/<machine>-<date>.json`` and ``.md`` (the table);
 ``benchmarks/plot.py`` draws the chart.
 """
@@ -37,8 +37,18 @@ from spacy.language import Language  # noqa: E402
 from spacy.scorer import Scorer  # noqa: E402
 from spacy.training import Example  # noqa: E402
 
-from spacy_accelerate.baselines import Accelerated, Variant, available_variants  # noqa: E402
-from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
+from spacy_accelerate.baselines import (  # noqa: E402
+    Accelerated,
+    PyTorch,
+    Variant,
+    available_variants,
+)
+from spacy_accelerate.benchmark import (  # noqa: E402
+    SideBySide,
+    resident_mib,
+    side_by_side,
+    write_report,
+)
 from spacy_accelerate.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
 from spacy_accelerate.samples.pipelines import ensure_sample  # noqa: E402
@@ -128,6 +138,9 @@ def run_pipeline(
     others = {k: v for k, v in variants.items() if k != "pytorch fp32"}
     report: dict[str, Any] = {"documents": len(texts), "sentences": sentences, "variants": {}}
 
+    PyTorch().apply(nlp)
+    list(nlp.pipe(texts[:8]))
+    reference_rss = resident_mib()
     timings = {k: optimize_times(nlp, v) for k, v in others.items() if isinstance(v, Accelerated)}
     ner_only = [c.name for c in transformer_components(nlp)] + ["ner"]
     modes: dict[str, SideBySide] = {}
@@ -138,11 +151,12 @@ def run_pipeline(
             modes[mode] = side_by_side(
                 nlp, texts, others, batch_size=args.batch_size, repeats=args.repeats
             )
-        report.setdefault("peak_rss_mib", {})[mode] = round(peak_rss_mib(), 1)
+    report["peak_rss_mib"] = round(peak_rss_mib(), 1)
 
     full = modes["full"]
     report["words"] = full.words
     report["variants"]["pytorch fp32"] = {
+        "rss_mib": reference_rss,
         "wps": {mode: round(result.pytorch_wps, 1) for mode, result in modes.items()},
         "speedup": {mode: 1.0 for mode in modes},
         "gold": gold_scores(nlp, full.reference, gold),
@@ -159,6 +173,7 @@ def run_pipeline(
             "tokens": result.agreement.tokens,
             "min_token_cosine": round(result.min_token_cosine, 5),
             "mean_token_cosine": round(result.mean_token_cosine, 6),
+            "rss_mib": result.rss_mib,
             **({"optimize": timings[variant]} if variant in timings else {}),
         }
     report["pytorch_seconds"] = {mode: r.pytorch_seconds for mode, r in modes.items()}
@@ -175,8 +190,8 @@ def markdown(results: dict[str, Any]) -> str:
         "after a warm-up; speedups are against PyTorch fp32 in the same run.",
         "",
         "| pipeline | variant | full WPS | speedup | trf+ner WPS | speedup | tag acc | LAS "
-        "| NER F1 | agreement tag / dep / ent | min token cos | optimize cold / warm |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+        "| NER F1 | agreement tag / dep / ent | min token cos | optimize cold / warm | RSS |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |",
     ]
     for pipeline, report in results["pipelines"].items():
         for variant, row in report["variants"].items():
@@ -192,7 +207,8 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {row['speedup']['full']:.2f}x | {row['wps']['transformer+ner']:,.0f} "
                 f"| {row['speedup']['transformer+ner']:.2f}x | {gold['tag_acc']:.3f} "
                 f"| {gold['dep_las']:.3f} | {gold['ents_f']:.3f} | {agreement} "
-                f"| {row.get('min_token_cosine', 1.0):.4f} | {timing} |"
+                f"| {row.get('min_token_cosine', 1.0):.4f} | {timing} "
+                f"| {row['rss_mib'] or 0:,.0f} MiB |"
             )
     if results["skipped"]:
         lines.append("")

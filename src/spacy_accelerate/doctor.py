@@ -1,0 +1,118 @@
+"""What this machine can run, and what to install for the rest."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._version import __version__
+from .cache import default_cache_dir
+from .cached import cache_size, list_cached
+from .config import Precision, Provider, build_config
+from .errors import InvalidOptionError, ProviderUnavailableError
+from .providers import INSTALL_HINTS, check_provider
+
+#: Packages whose versions matter for a report.
+PACKAGES = (
+    "spacy",
+    "spacy_curated_transformers",
+    "spacy_transformers",
+    "thinc",
+    "torch",
+    "transformers",
+    "onnx",
+    "onnxruntime",
+    "openvino",
+)
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    provider: Provider
+    available: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    versions: dict[str, str | None]
+    providers: list[ProviderStatus]
+    gpu: str
+    cache_dir: Path
+    cache_entries: int
+    cache_bytes: int
+    onnxruntime_providers: list[str] = field(default_factory=list)
+
+
+def _version(module: str) -> str | None:
+    try:
+        return str(importlib.import_module(module).__version__)
+    except Exception:  # an optional package may be missing or broken
+        return None
+
+
+def _gpu() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            name = torch.cuda.get_device_name(0)
+            return f"{name} (CUDA {torch.version.cuda}, driver {_driver() or 'unknown'})"
+    except Exception:  # a broken CUDA install must not break the report
+        pass
+    driver = _driver()
+    return f"no CUDA device visible to torch (driver {driver})" if driver else "none"
+
+
+def _driver() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def _provider_status(provider: Provider) -> ProviderStatus:
+    try:
+        check_provider(build_config(provider, Precision.FP32))
+    except ProviderUnavailableError:
+        return ProviderStatus(provider, False, f"missing: {INSTALL_HINTS[provider]}")
+    except InvalidOptionError:
+        return ProviderStatus(provider, True, "installed; not served by this release yet")
+    return ProviderStatus(provider, True, "available")
+
+
+def diagnose(cache_dir: Path | None = None) -> Diagnosis:
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    versions = {"python": platform.python_version(), "spacy-accelerate": __version__}
+    versions.update({name.replace("_", "-"): _version(name) for name in PACKAGES})
+    providers = [_provider_status(p) for p in Provider if p is not Provider.AUTO]
+    return Diagnosis(
+        versions=versions,
+        providers=providers,
+        gpu=_gpu(),
+        cache_dir=folder,
+        cache_entries=len(list_cached(folder)),
+        cache_bytes=cache_size(folder),
+        onnxruntime_providers=_onnxruntime_providers(),
+    )
+
+
+def _onnxruntime_providers() -> list[str]:
+    try:
+        import onnxruntime
+    except ImportError:
+        return []
+    return list(onnxruntime.get_available_providers())

@@ -1,0 +1,191 @@
+"""The command line: every command works, and every failure is one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import spacy
+from click.testing import Result
+from typer.testing import CliRunner
+
+import spacy_accelerate
+from spacy_accelerate.cli import app
+from spacy_accelerate.samples.pipelines import SAMPLES_ENV_VAR
+
+runner = CliRunner()
+
+
+def invoke(*args: str, input: str | None = None) -> Result:
+    return runner.invoke(app, list(args), input=input)
+
+
+def assert_one_line_error(result: Result, pattern: str) -> None:
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ") and pattern in lines[0], lines[0]
+
+
+@pytest.fixture()
+def bert_path(sample_path: Callable[[str], Path]) -> Path:
+    return sample_path("bert")
+
+
+@pytest.fixture()
+def texts_file(tmp_path: Path, ewt_texts: list[str]) -> Path:
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(text.replace("\n", " ") for text in ewt_texts[:8]) + "\n")
+    return path
+
+
+def test_doctor_reports_cpu_available_and_gpu_providers_missing(cache_dir: Path):
+    result = invoke("doctor", "--cache-dir", str(cache_dir))
+    assert result.exit_code == 0, result.output
+    assert "spacy-accelerate" in result.output and "onnxruntime" in result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:3] == ["cpu", "yes", "available"] for line in lines), result.output
+    cuda = next(line for line in lines if line.strip().startswith("cuda"))
+    assert "no" in cuda and "pip install 'spacy-accelerate[gpu]'" in cuda
+    tensorrt = next(line for line in lines if line.strip().startswith("tensorrt"))
+    assert "no" in tensorrt and "spacy-accelerate[tensorrt]" in tensorrt
+    assert f"cache: {cache_dir}" in result.output
+    assert "gpu: " in result.output
+
+
+def test_doctor_with_a_file_as_cache_dir_is_one_line(tmp_path: Path):
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(invoke("doctor", "--cache-dir", str(tmp_path / "file")), "is a file")
+
+
+def test_optimize_builds_the_cache_then_hits_it(bert_path: Path, cache_dir: Path, tmp_path: Path):
+    first = invoke("optimize", str(bert_path), "--provider", "cpu", "--cache-dir", str(cache_dir))
+    assert first.exit_code == 0, first.output
+    assert "transformer: exported" in first.output and "max abs diff" in first.output
+    saved = tmp_path / "saved"
+    second = invoke(
+        "optimize",
+        str(bert_path),
+        "--provider",
+        "cpu",
+        "--cache-dir",
+        str(cache_dir),
+        "--output",
+        str(saved),
+    )
+    assert second.exit_code == 0, second.output
+    assert "transformer: cache hit" in second.output
+    assert len(spacy_accelerate.list_cached(cache_dir)) == 1
+    assert spacy_accelerate.is_optimized(spacy.load(saved))
+
+
+@pytest.mark.parametrize(
+    ("make_path", "pattern"),
+    [
+        (lambda tmp: tmp / "no-such-pipeline", "No pipeline at"),
+        (lambda tmp: tmp, "has no config.cfg"),
+        (lambda tmp: Path("en_core_web_trf"), "No pipeline at en_core_web_trf"),
+    ],
+    ids=["bad-path", "folder-without-pipeline", "missing-package"],
+)
+def test_optimize_without_a_pipeline_is_one_line(
+    make_path: Callable[[Path], Path], pattern: str, tmp_path: Path
+):
+    assert_one_line_error(invoke("optimize", str(make_path(tmp_path))), pattern)
+
+
+def test_optimize_with_a_bad_option_is_one_line(bert_path: Path, cache_dir: Path):
+    result = invoke("optimize", str(bert_path), "--precision", "fp8", "--cache-dir", str(cache_dir))
+    assert_one_line_error(result, "Unknown precision 'fp8'")
+
+
+def test_bench_compares_with_pytorch(
+    bert_path: Path,
+    texts_file: Path,
+    cache_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    report = tmp_path / "bench.json"
+    result = invoke(
+        "bench",
+        str(bert_path),
+        str(texts_file),
+        "--precision",
+        "fp32",
+        "--precision",
+        "int8",
+        "--repeats",
+        "1",
+        "--output",
+        str(report),
+    )
+    assert result.exit_code == 0, result.output
+    assert "PyTorch fp32" in result.output and "cpu fp32" in result.output
+    assert "cpu int8" in result.output and "agreement: tag" in result.output
+    written = json.loads(report.read_text())
+    assert set(written["variants"]) == {"fp32", "int8"}
+    assert written["variants"]["fp32"]["agreement"]["tag"] == 1.0
+
+
+def test_bench_without_texts_or_pipeline_is_one_line(
+    bert_path: Path, texts_file: Path, tmp_path: Path
+):
+    missing = invoke("bench", str(bert_path), str(tmp_path / "missing.txt"))
+    assert_one_line_error(missing, "No texts file at")
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert_one_line_error(invoke("bench", str(bert_path), str(tmp_path / "empty.txt")), "no text")
+    no_pipeline = invoke("bench", str(tmp_path / "nothing"), str(texts_file))
+    assert_one_line_error(no_pipeline, "No pipeline at")
+
+
+def test_cache_list_size_and_clear(bert_path: Path, cache_dir: Path):
+    assert invoke("cache", "list", "--cache-dir", str(cache_dir)).output.strip() == (
+        "no cached models"
+    )
+    assert invoke("optimize", str(bert_path), "--cache-dir", str(cache_dir)).exit_code == 0
+    listed = invoke("cache", "list", "--cache-dir", str(cache_dir))
+    assert listed.exit_code == 0 and "bert" in listed.output and "fp32" in listed.output
+    size = invoke("cache", "size", "--cache-dir", str(cache_dir))
+    assert size.exit_code == 0 and float(size.output.split()[0]) > 0
+    refused = invoke("cache", "clear", "--cache-dir", str(cache_dir), input="n\n")
+    assert refused.exit_code == 1 and len(spacy_accelerate.list_cached(cache_dir)) == 1
+    cleared = invoke("cache", "clear", "--cache-dir", str(cache_dir), "--yes")
+    assert cleared.exit_code == 0 and "removed 1 cached models" in cleared.output
+    assert spacy_accelerate.list_cached(cache_dir) == []
+
+
+@pytest.mark.parametrize("command", ["list", "size", "clear"])
+def test_cache_commands_with_a_file_as_cache_dir_are_one_line(command: str, tmp_path: Path):
+    (tmp_path / "file").write_text("x")
+    result = invoke("cache", command, "--cache-dir", str(tmp_path / "file"), "--yes")
+    if command != "clear":
+        result = invoke("cache", command, "--cache-dir", str(tmp_path / "file"))
+    assert_one_line_error(result, "is a file")
+
+
+@pytest.mark.slow
+def test_demo_accelerates_the_trained_minilm_pipeline(
+    samples_root: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(SAMPLES_ENV_VAR, str(samples_root))
+    result = invoke("demo", "--sentences", "60", "--repeats", "1")
+    assert result.exit_code == 0, result.output
+    assert "PyTorch fp32" in result.output
+    assert "accelerated fp32" in result.output and "accelerated int8" in result.output
+    assert "agreement with PyTorch: tag" in result.output
+    assert "Entities found" in result.output and "->" in result.output
+
+
+def test_module_entry_point_runs():
+    completed = subprocess.run(
+        [sys.executable, "-m", "spacy_accelerate", "--help"], capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
+    for command in ("doctor", "optimize", "bench", "cache", "demo"):
+        assert command in completed.stdout
