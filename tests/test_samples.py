@@ -350,9 +350,30 @@ def _long_texts_for(nlp: Language, texts: list[str], window: int, n: int = 8) ->
 
 
 def test_registry_names_every_sample() -> None:
-    old = {"roberta", "bert", "minilm"}
+    old = {"roberta", "bert", "minilm", "trf-base"}
     assert set(SAMPLE_NAMES) == old | set(NEW_CURATED) | set(SPACY_TRANSFORMERS)
     assert set(CURATED_SAMPLE_NAMES) == old | set(NEW_CURATED)
+
+
+def test_trf_base_has_the_shape_of_en_core_web_trf(sample_path: Callable[[str], Path]) -> None:
+    from spacy_accelerate.architectures import detect_architecture
+    from spacy_accelerate.shim import find_span_settings
+    from spacy_accelerate.validate import find_transformer_components
+
+    nlp = spacy.load(sample_path("trf-base"))
+    assert nlp.pipe_names == ["transformer", "tagger", "parser", "ner"]
+    component = find_transformer_components(nlp)[0]
+    spec = detect_architecture(curated_torch_module(nlp)).spec
+    shape = (spec.family, spec.num_hidden_layers, spec.hidden_width, spec.num_attention_heads)
+    assert shape == ("roberta", 12, 768, 12)
+    assert (spec.intermediate_width, spec.max_position_embeddings, spec.padding_idx) == (
+        3072,
+        514,
+        1,
+    )
+    spans = find_span_settings(component)
+    assert (spans.window, spans.stride) == (128, 96)
+    assert len(nlp("The shape matters, not the weights.")) == 8
     assert set(SPACY_TRANSFORMERS_SAMPLE_NAMES) == set(SPACY_TRANSFORMERS)
 
 
