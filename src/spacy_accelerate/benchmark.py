@@ -11,7 +11,6 @@ milliseconds once the cache is warm).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,8 +47,6 @@ class VariantResult:
     min_token_cosine: float
     mean_token_cosine: float
     docs: list[Doc] = field(default_factory=list, repr=False, compare=False)
-    #: Resident memory of the process right after this variant's warm-up pass.
-    rss_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,6 @@ class SideBySide:
                     "tokens": result.agreement.tokens,
                     "min_token_cosine": round(result.min_token_cosine, 6),
                     "mean_token_cosine": round(result.mean_token_cosine, 6),
-                    "rss_mib": result.rss_mib,
                 }
                 for name, result in self.variants.items()
             },
@@ -109,15 +105,6 @@ def agreement(reference: Sequence[Doc], candidate: Sequence[Doc]) -> Agreement:
             for name, read in ATTRIBUTES.items():
                 same[name] += read(a) == read(b)
     return Agreement(tokens=tokens, same=same)
-
-
-def resident_mib() -> float | None:
-    """The process's resident memory now (Linux), in MiB; None where it cannot be read."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def _timed(nlp: Language, texts: Sequence[str], batch_size: int) -> tuple[float, list[Doc]]:
@@ -148,11 +135,9 @@ def side_by_side(
     base.apply(nlp)
     _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
     warm: dict[str, list[Doc]] = {}
-    rss: dict[str, float | None] = {}
     for name, variant in chosen.items():
         variant.apply(nlp)
         warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
-        rss[name] = resident_mib()
     base_seconds: list[float] = []
     seconds: dict[str, list[float]] = {name: [] for name in chosen}
     for _ in range(repeats):
@@ -173,7 +158,6 @@ def side_by_side(
             min_token_cosine=float(cosines.min()),
             mean_token_cosine=float(cosines.mean()),
             docs=warm[name],
-            rss_mib=rss[name],
         )
     return SideBySide(
         words=words, pytorch_seconds=base_seconds, variants=results, reference=expected
