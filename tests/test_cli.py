@@ -48,6 +48,10 @@ def test_doctor_reports_cpu_available_and_gpu_providers_missing(cache_dir: Path)
     result = invoke("doctor", "--cache-dir", str(cache_dir))
     assert result.exit_code == 0, result.output
     assert "spacy-accelerate" in result.output and "onnxruntime" in result.output
+    curated = next(
+        line for line in result.output.splitlines() if "spacy-curated-transformers" in line
+    )
+    assert "not installed" not in curated
     lines = result.output.splitlines()
     assert any(line.split()[:3] == ["cpu", "yes", "available"] for line in lines), result.output
     cuda = next(line for line in lines if line.strip().startswith("cuda"))

@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 from ._version import __version__
@@ -49,8 +50,15 @@ class Diagnosis:
 
 
 def _version(module: str) -> str | None:
+    """The module's own version (onnxruntime ships under several distribution names),
+    else its distribution's; None when it is not installed."""
     try:
         return str(importlib.import_module(module).__version__)
+    except AttributeError:
+        try:
+            return metadata.version(module.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            return "installed (version unknown)"
     except Exception:  # an optional package may be missing or broken
         return None
 
