@@ -35,12 +35,41 @@ def max_abs_diff(a: list[Doc], b: list[Doc]) -> float:
     return worst
 
 
-def disagreements(a: list[Doc], b: list[Doc]) -> list[tuple[int, int, Annotation, Annotation]]:
-    """(doc, token, expected, actual) for every token whose annotations differ."""
+#: Tag scores closer than this are a tie: the untrained sample taggers (raw,
+#: unnormalised scores) do produce exact ties, which argmax breaks by index, so a
+#: difference of 1e-6 in the hidden states may pick the other tag. Only the tag is
+#: excused, and only where the scores themselves say it is a tie.
+TAG_TIE = 1e-4
+
+
+def _tag_ties(nlp: Language, doc: Doc) -> set[int]:
+    if "tagger" not in nlp.pipe_names:
+        return set()
+    scores = np.asarray(nlp.get_pipe("tagger").model.predict([doc])[0])
+    top_two = np.sort(scores, axis=1)[:, -2:]
+    return {int(i) for i in np.flatnonzero(top_two[:, 1] - top_two[:, 0] < TAG_TIE)}
+
+
+def disagreements(
+    a: list[Doc], b: list[Doc], nlp: Language | None = None
+) -> list[tuple[int, int, Annotation, Annotation]]:
+    """(doc, token, expected, actual) for every token whose annotations differ.
+
+    With ``nlp`` (the pipeline that made ``b``), a token whose only difference is
+    its tag, where the tagger's two best scores tie, is not counted.
+    """
     out = []
     for d, (x, y) in enumerate(zip(a, b, strict=True)):
         assert x.text == y.text
-        for t, (ax, ay) in enumerate(zip(annotations(x), annotations(y), strict=True)):
-            if ax != ay:
-                out.append((d, t, ax, ay))
+        differing = [
+            (d, t, ax, ay)
+            for t, (ax, ay) in enumerate(zip(annotations(x), annotations(y), strict=True))
+            if ax != ay
+        ]
+        if differing and nlp is not None:
+            ties = _tag_ties(nlp, y)
+            differing = [
+                row for row in differing if not (row[1] in ties and row[2][1:] == row[3][1:])
+            ]
+        out.extend(differing)
     return out

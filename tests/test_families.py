@@ -84,7 +84,7 @@ def test_hidden_states_match_pytorch(outcome: tuple[str, Outcome]):
 def test_annotations_identical(outcome: tuple[str, Outcome]):
     _, result = outcome
     tokens = sum(len(doc) for doc in result.reference)
-    differing = disagreements(result.reference, result.accelerated)
+    differing = disagreements(result.reference, result.accelerated, result.nlp)
     assert differing == [], f"{len(differing)} of {tokens} tokens differ: {differing[:5]}"
     assert len({t.tag_ for doc in result.reference for t in doc}) > 3
 
@@ -138,7 +138,7 @@ def test_every_layer_is_the_true_layer_where_all_layers_are_read(
     spacy_accelerate.optimize(nlp, provider="cpu", cache_dir=cache)
     accelerated = run(nlp, texts, BATCH_SIZE)
     _every_layer_matches(reference, accelerated)
-    assert disagreements(reference, accelerated) == []
+    assert disagreements(reference, accelerated, nlp) == []
 
 
 def test_the_scalar_weighting_sample_reads_all_layers(samples_root: Path):
@@ -157,7 +157,7 @@ def test_two_transformer_components_each_accelerated_at_parity(
     assert len({proxy.exported.key for proxy in proxies.values()}) == 2
     assert len(spacy_accelerate.list_cached(cache)) == 2
     accelerated = run(nlp, texts, BATCH_SIZE)
-    assert disagreements(reference, accelerated) == []
+    assert disagreements(reference, accelerated, nlp) == []
     for name, proxy in proxies.items():
         assert proxy.exported.parity.worst <= TOLERANCE, name
     ner_tokens = [(t.ent_iob_, t.ent_type_) for d in accelerated for t in d if t.ent_iob_ != "O"]
@@ -202,4 +202,4 @@ def test_spacy_transformers_pipeline_round_trips_accelerated(
     assert proxy.exported.cache_hit
     accelerated = run(loaded, texts, BATCH_SIZE)
     assert max_abs_diff(reference, accelerated) <= TOLERANCE
-    assert disagreements(reference, accelerated) == []
+    assert disagreements(reference, accelerated, loaded) == []
