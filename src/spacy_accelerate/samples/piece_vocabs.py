@@ -86,21 +86,27 @@ def train_byte_bpe_vocab(output_dir: Path, *, vocab_size: int = 1000) -> ByteBpe
 
 
 def train_wordpiece_vocab(output_dir: Path, *, vocab_size: int = 1500) -> WordpieceVocab:
-    """A cased BERT WordPiece vocab trained on EWT dev, ``[PAD]`` first so its id is 0.
+    """A cased BERT WordPiece vocab from EWT text, ``[PAD]`` first so its id is 0.
 
-    The trainer breaks ties between equally frequent merges in hash-map order, so two builds
-    may differ in a few rare pieces (and their ids); a cached sample is always self-consistent.
+    Built by counting, not by ``tokenizers``' WordPiece trainer, whose hash-map tie-breaking
+    made two builds differ in rare pieces: the samples (and so the tests) must be the same
+    on every machine. The vocab is the special tokens, every character seen (word-initial
+    and ``##`` continuation), then the most frequent words (count >= 2, ties by spelling);
+    greedy longest-match WordPiece falls back to characters for any other word.
     """
-    from tokenizers import BertWordPieceTokenizer
+    from collections import Counter
 
-    tokenizer = BertWordPieceTokenizer(lowercase=False, strip_accents=False)
-    tokenizer.train_from_iterator(
-        ewt_training_texts(),
-        vocab_size=vocab_size,
-        min_frequency=2,
-        show_progress=False,
-        special_tokens=list(BERT_SPECIAL_TOKENS),
-    )
+    from tokenizers.pre_tokenizers import BertPreTokenizer
+
+    split = BertPreTokenizer()
+    counts: Counter[str] = Counter()
+    for text in ewt_training_texts():
+        counts.update(word for word, _ in split.pre_tokenize_str(text))
+    chars = sorted({char for word in counts for char in word})
+    pieces = [*BERT_SPECIAL_TOKENS, *chars, *(f"##{char}" for char in chars)]
+    known = set(pieces)
+    frequent = sorted((w for w, n in counts.items() if n >= 2), key=lambda w: (-counts[w], w))
+    pieces += [w for w in frequent if w not in known][: max(0, vocab_size - len(pieces))]
     output_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_model(str(output_dir))
+    (output_dir / "vocab.txt").write_text("".join(f"{piece}\n" for piece in pieces), "utf8")
     return WordpieceVocab(output_dir / "vocab.txt", lowercase=False, strip_accents=False)

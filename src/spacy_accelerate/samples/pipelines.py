@@ -79,7 +79,7 @@ from .spacy_transformers_pipelines import (
 SAMPLES_ENV_VAR = "SPACY_ACCELERATE_SAMPLES"
 # Bump whenever a builder changes what it writes, so stale caches are never reused.
 # 2: config.cfg paths point at the cached folder instead of the build's staging folder.
-BUILDER_VERSION = "2"
+BUILDER_VERSION = "3"
 SAMPLE_TRAIN_SENTENCES = 300
 
 SampleBuilder = Callable[..., Path]
