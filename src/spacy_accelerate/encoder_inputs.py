@@ -25,6 +25,12 @@ class EncoderInputs:
         ids = np.asarray(input_ids, dtype=np.int64)
         return cls(ids, (ids != padding_idx).astype(np.int64), np.zeros_like(ids))
 
+    @classmethod
+    def uniform(cls, spec: EncoderSpec, rows: int, length: int) -> EncoderInputs:
+        """``rows`` x ``length`` of one real (non-padding) piece: shapes for tracing and warm-up."""
+        token = (spec.padding_idx + 1) % spec.vocab_size
+        return cls.from_ids(np.full((rows, length), token, dtype=np.int64), spec.padding_idx)
+
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.input_ids.shape)  # type: ignore[return-value]

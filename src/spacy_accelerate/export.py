@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 from transformers import PreTrainedModel
@@ -52,9 +51,8 @@ class _AllOutputs(torch.nn.Module):
 
 def _example_inputs(spec: EncoderSpec) -> tuple[torch.Tensor, ...]:
     # Two rows of different lengths, so that the traced graph keeps the mask path.
-    length = min(8, spec.max_position_embeddings - spec.padding_idx - 1)
-    token = (spec.padding_idx + 1) % spec.vocab_size
-    ids = np.full((2, length), token, dtype=np.int64)
+    length = min(8, spec.longest_input)
+    ids = EncoderInputs.uniform(spec, 2, length).input_ids
     ids[1, length // 2 :] = spec.padding_idx
     inputs = EncoderInputs.from_ids(ids, spec.padding_idx).as_torch(spec)
     return tuple(inputs.values())

@@ -66,9 +66,7 @@ class ParityReport:
 
 def verification_batch(spec: EncoderSpec, window: int, *, seed: int = 0) -> EncoderInputs:
     """Random piece ids, padded with the encoder's own ``padding_idx``, rows of mixed lengths."""
-    # RoBERTa counts positions from padding_idx + 1, so this bounds every family.
-    positions = spec.max_position_embeddings - spec.padding_idx - 1
-    longest = max(1, min(window, spec.model_max_length, positions))
+    longest = max(1, min(window, spec.model_max_length, spec.longest_input))
     lengths = sorted({longest, max(1, (2 * longest) // 3), min(longest, 5), 1}, reverse=True)
     generator = torch.Generator().manual_seed(seed)
     ids = torch.full((len(lengths), longest), spec.padding_idx, dtype=torch.long)

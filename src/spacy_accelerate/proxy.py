@@ -280,8 +280,7 @@ def _(
 
 def _output_type(model: PreTrainedModel, spec: EncoderSpec) -> type[ModelOutput]:
     """The ``ModelOutput`` class ``model`` returns, read from one tiny call."""
-    token = (spec.padding_idx + 1) % spec.vocab_size
-    inputs = EncoderInputs.from_ids(np.full((1, 2), token, np.int64), spec.padding_idx)
+    inputs = EncoderInputs.uniform(spec, 1, 2)
     was_training = model.training
     model.eval()
     try:

@@ -59,6 +59,12 @@ class EncoderSpec:
         return self.hidden_width // self.num_attention_heads
 
     @property
+    def longest_input(self) -> int:
+        """The most pieces one row may hold: RoBERTa-family models count positions from
+        ``padding_idx + 1``, so this bounds every family."""
+        return self.max_position_embeddings - self.padding_idx - 1
+
+    @property
     def input_names(self) -> tuple[str, ...]:
         """ONNX input names; ``token_type_ids`` only where the model has token types."""
         names = ("input_ids", "attention_mask")

@@ -188,37 +188,43 @@ def _relocate_config(folder: Path, old: Path, new: Path) -> None:
     config.write_text(text.replace(str(old), str(new)), encoding="utf8")
 
 
-def _build_atomically(name: str, target: Path) -> None:
-    """Build into a sibling temp dir and rename, so readers never see a half-written sample."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        started = time.perf_counter()
-        _RECIPES[name].build(staging, train_docs=sample_train_docs())
-        _relocate_config(staging, staging, target)
-        info = {"name": name, "build_seconds": round(time.perf_counter() - started, 2)}
-        (staging / "sample.json").write_text(json.dumps(info, indent=2), encoding="utf8")
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+def build_cached(target: Path, build: Callable[[Path], object]) -> Path:
+    """``target``, built by ``build(staging)`` on first use.
+
+    The build goes into a sibling temp dir that is renamed into place, so readers never see a
+    half-written sample, and a file lock serialises builders across processes (e.g.
+    pytest-xdist workers).
+    """
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if target.is_dir():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            build(staging)
+            _relocate_config(staging, staging, target)
+            staging.rename(target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _build_recipe(name: str, staging: Path) -> None:
+    started = time.perf_counter()
+    _RECIPES[name].build(staging, train_docs=sample_train_docs())
+    info = {"name": name, "build_seconds": round(time.perf_counter() - started, 2)}
+    (staging / "sample.json").write_text(json.dumps(info, indent=2), encoding="utf8")
 
 
 def ensure_sample(name: str, cache_root: Path | None = None) -> Path:
-    """Path of a cached sample pipeline (``spacy.load``-able), building it on first use.
-
-    A file lock serialises builders across processes (e.g. pytest-xdist workers).
-    """
+    """Path of a cached sample pipeline (``spacy.load``-able), building it on first use."""
     if name not in _RECIPES:
         raise ValueError(f"Unknown sample {name!r}; expected one of {SAMPLE_NAMES}")
     root = cache_root if cache_root is not None else default_cache_root()
-    target = root / f"{name}-{_fingerprint(name)}"
-    if target.is_dir():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f".{target.name}.lock")):
-        if not target.is_dir():
-            _build_atomically(name, target)
-    return target
+    return build_cached(root / f"{name}-{_fingerprint(name)}", partial(_build_recipe, name))
 
 
 def load_sample(

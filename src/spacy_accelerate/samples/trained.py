@@ -22,19 +22,17 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import spacy
 import torch
-from filelock import FileLock
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
@@ -46,7 +44,7 @@ from . import ewt
 from .heads import gold_examples
 from .pipelines import (
     _fingerprint,
-    _relocate_config,
+    build_cached,
     build_minilm_sample,
     curated_torch_module,
     default_cache_root,
@@ -331,21 +329,6 @@ def trained_fingerprint(settings: HeadTraining = DEFAULT_TRAINING) -> str:
     return digest.hexdigest()[:12]
 
 
-def _build_atomically(target: Path, settings: HeadTraining, log: Logger) -> None:
-    """Build into a sibling temp dir and rename, so readers never see a half-written sample.
-
-    Mirrors ``pipelines._build_atomically``, which only knows the builders in its own table.
-    """
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        build_trained_minilm_sample(staging, settings, log=log)
-        _relocate_config(staging, staging, target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-
-
 def ensure_trained_sample(
     root: Path | None = None,
     settings: HeadTraining = DEFAULT_TRAINING,
@@ -359,13 +342,7 @@ def ensure_trained_sample(
     """
     cache_root = root if root is not None else default_cache_root()
     target = cache_root / f"{TRAINED_SAMPLE_NAME}-{trained_fingerprint(settings)}"
-    if target.is_dir():
-        return target
-    cache_root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root / f".{target.name}.lock")):
-        if not target.is_dir():
-            _build_atomically(target, settings, log)
-    return target
+    return build_cached(target, partial(build_trained_minilm_sample, settings=settings, log=log))
 
 
 def load_trained_sample(root: Path | None = None) -> Language:
