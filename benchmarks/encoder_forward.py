@@ -30,13 +30,15 @@ from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.benchmark import write_report
+from spacy_accelerate.buckets import BucketPlan
 from spacy_accelerate.config import build_config
 from spacy_accelerate.encoder_inputs import EncoderInputs
-from spacy_accelerate.export import MODEL_FILE, export_onnx, optimize_graph
+from spacy_accelerate.export import MODEL_FILE, GraphPlan, export_onnx, optimize_graph
 from spacy_accelerate.gate import Gate
 from spacy_accelerate.parity import compare, reference_outputs
+from spacy_accelerate.provider_options import SessionLayout
 from spacy_accelerate.providers import check_provider
-from spacy_accelerate.quantize import Int8Recipe, quantize_int8
+from spacy_accelerate.quantize import Int8Recipe, KeepFloat, quantize_int8
 from spacy_accelerate.runtime import EncoderSession
 
 
@@ -84,6 +86,8 @@ def main() -> None:
     spec = detected.spec
     options = build_config("cpu", "fp32")
     provider = check_provider(options)
+    buckets = BucketPlan.for_pipeline(options.gpu, spec, spec.longest_input, 1)
+    layout = SessionLayout(spec.input_names, spec.padding_idx, buckets)
     inputs = _inputs(detected, args.batch, args.seq)
     tokens = int(inputs.attention_mask.sum())
     last = spec.hidden_state_names[-1:]
@@ -108,10 +112,12 @@ def main() -> None:
             path = folder / f"{len(sessions)}.onnx"
             shutil.copy(plain, path)
             if fused:
-                optimize_graph(path, spec, provider)
+                optimize_graph(path, spec, GraphPlan(fuse=True))
             if recipe is not None:
-                quantize_int8(path, recipe)
-            sessions[name] = EncoderSession(path, provider, options)
+                quantized = path.with_name(f"int8-{path.name}")
+                quantize_int8(path, quantized, spec, recipe, KeepFloat.NOTHING)
+                path = quantized
+            sessions[name] = EncoderSession(path, provider, options, layout)
 
         def pytorch() -> list[np.ndarray]:
             return reference_outputs(module, detected, inputs)

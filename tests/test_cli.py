@@ -88,6 +88,15 @@ def test_optimize_builds_the_cache_then_hits_it(bert_path: Path, cache_dir: Path
     assert spacy_accelerate.is_optimized(spacy.load(saved))
 
 
+def test_optimize_falls_back_only_when_asked(bert_path: Path, cache_dir: Path):
+    args = ["optimize", str(bert_path), "--provider", "tensorrt", "--precision", "fp16"]
+    refused = invoke(*args, "--cache-dir", str(cache_dir))
+    assert_one_line_error(refused, "spacy-accelerate[tensorrt]")
+    served = invoke(*args, "--cache-dir", str(cache_dir), "--fallback")
+    assert served.exit_code == 0, served.output
+    assert "transformer: served by cpu fp32" in served.output
+
+
 @pytest.mark.parametrize(
     ("make_path", "pattern"),
     [

@@ -13,21 +13,28 @@ from .errors import (
     AccuracyError,
     CacheError,
     ConversionError,
+    EngineBuildError,
     InferenceOnlyError,
+    InvalidInputError,
     InvalidOptionError,
     NoTransformerError,
     ProviderUnavailableError,
     SpacyAccelerateError,
     UnsupportedArchitectureError,
 )
+from .gpu_options import GpuOptions, TensorRTOptions
 
 __all__ = [
     "__version__",
     "AccuracyError",
     "CacheError",
     "CachedModel",
+    "EngineBuildError",
+    "GpuOptions",
+    "TensorRTOptions",
     "ConversionError",
     "InferenceOnlyError",
+    "InvalidInputError",
     "InvalidOptionError",
     "NoTransformerError",
     "OptimizeConfig",

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from spacy.language import Language
 
 from .architectures import detect_architecture
+from .buckets import BucketPlan
 from .cache import ModelCache
-from .config import DEFAULT_MIN_COSINE, DEFAULT_TOLERANCE, Precision, Provider, build_config
+from .config import OptimizeConfig, Precision, Provider, build_config
 from .exported import get_or_export
+from .fallback import fallback_chain, serve_first
+from .gpu_options import GpuOptions
 from .guard import install_training_guards, remove_training_guards
-from .patch import is_patched, patch, revert, unpatch
+from .patch import is_patched, patch, reads_all_layers, revert, unpatch
 from .persist import OptimizeRequest, forget, install_load_hooks, record, remove_load_hooks
 from .providers import check_provider
 from .proxy import AcceleratedModule, make_proxy
@@ -28,9 +33,12 @@ def optimize(
     cache_dir: str | os.PathLike[str] | None = None,
     warmup: bool = True,
     verify: bool = True,
-    tolerance: float = DEFAULT_TOLERANCE,
-    min_cosine: float = DEFAULT_MIN_COSINE,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
     threads: int | None = None,
+    device_id: int = 0,
+    fallback: bool = False,
+    gpu: GpuOptions | Mapping[str, Any] | None = None,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -40,6 +48,13 @@ def optimize(
     re-optimizes it with the new options. Once accelerated, the pipeline is
     inference-only until :func:`restore`, and ``nlp.to_disk`` saves it so that
     ``spacy.load`` accelerates it again (see :mod:`spacy_accelerate.persist`).
+
+    ``tolerance`` (fp32: largest absolute difference to PyTorch, default 1e-4
+    on a CPU, 1e-3 on a GPU) and ``min_cosine`` (fp16 0.999, int8 0.99) are
+    the accuracy gate. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
+    TensorRT's builder: :class:`~spacy_accelerate.GpuOptions`) shape the GPU
+    providers; ``fallback=True`` walks TensorRT -> CUDA -> CPU when a provider
+    cannot run here, with a warning, instead of raising.
     """
 
     components = find_transformer_components(nlp)  # 1. validate
@@ -54,25 +69,37 @@ def optimize(
         tolerance=tolerance,
         min_cosine=min_cosine,
         threads=threads,
+        device_id=device_id,
+        fallback=fallback,
+        gpu=gpu,
     )
-    resolved = check_provider(config)  # 5. check the provider
     cache = ModelCache(config.cache_dir)
-    previous = [location.module for location in shims]
-    try:
-        for component, location, detected in zip(components, shims, encoders, strict=True):
-            spans = find_span_settings(component)
-            module = location.pytorch_module
-            session, exported = get_or_export(  # 6. get or export the ONNX model
-                module, detected, config, resolved, cache, window=spans.window
-            )
-            proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
-            patch(location, proxy)  # 8. patch
-            if config.warmup:
-                warm_up(proxy, spans)  # 9. warm up
-    except BaseException:
-        for location, module in zip(shims, previous, strict=True):
-            revert(location, module)
-        raise
+
+    def accelerate(attempt: OptimizeConfig) -> None:
+        resolved = check_provider(attempt)  # 5. check the provider
+        attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
+        previous = [location.module for location in shims]
+        try:
+            for component, location, detected in zip(components, shims, encoders, strict=True):
+                spans = find_span_settings(component)
+                module = location.pytorch_module
+                buckets = BucketPlan.for_pipeline(
+                    attempt.gpu, detected.spec, spans.window, spans.batch_size
+                )
+                session, exported = get_or_export(  # 6. get or export the ONNX model
+                    module, detected, attempt, resolved, cache, window=spans.window, buckets=buckets
+                )
+                proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
+                patch(location, proxy)  # 8. patch
+                if attempt.warmup:
+                    warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
+        except BaseException:
+            for location, module in zip(shims, previous, strict=True):
+                revert(location, module)
+            raise
+
+    # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
+    serve_first(fallback_chain(config), accelerate)
     _remember(nlp, OptimizeRequest.from_config(config, threads=threads))
     return nlp
 

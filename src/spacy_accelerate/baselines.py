@@ -21,7 +21,7 @@ from spacy.language import Language
 from transformers.utils import ModelOutput
 
 from .accelerate import optimize, restore
-from .config import Precision, Provider, build_config
+from .config import SERVED, Precision, Provider, build_config
 from .errors import InvalidOptionError, ProviderUnavailableError
 from .providers import check_provider
 from .shim import find_shim
@@ -143,15 +143,7 @@ def available_variants() -> tuple[dict[str, Variant], dict[str, str]]:
     else:
         skipped["pytorch fp16 autocast (gpu)"] = "no CUDA device"
     variants["pytorch bf16 autocast (cpu)"] = PyTorchAutocast("cpu", "bfloat16")
-    pairs = [
-        (Provider.CPU, Precision.FP32),
-        (Provider.CPU, Precision.INT8),
-        (Provider.CUDA, Precision.FP32),
-        (Provider.CUDA, Precision.FP16),
-        (Provider.TENSORRT, Precision.FP32),
-        (Provider.TENSORRT, Precision.FP16),
-    ]
-    for provider, precision in pairs:
+    for provider, precision in SERVED:
         name = f"accelerate {provider.value} {precision.value}"
         reason = unavailable_reason(provider, precision)
         if reason is None:

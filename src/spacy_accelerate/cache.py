@@ -68,6 +68,8 @@ _APP_NAME = "spacy-accelerate"
 _KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
 _TMP_PREFIX = ".tmp-"
 _LOCK_DIR = ".locks"
+#: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
+ENGINE_DIR = "tensorrt"
 _HASH_CHUNK = 1024 * 1024
 
 
@@ -411,6 +413,7 @@ class ModelCache:
             return False
         with self._lock(key):
             self._remove_temp_dirs_of(key)
+            self._remove_engines(key)
             return self._remove_entry_locked(key)
 
     def clear(self) -> int:
@@ -434,7 +437,35 @@ class ModelCache:
             removed += self.evict(key)
         for path in orphans:
             _remove_path(path)
+        self._remove_engines(None)
         return removed
+
+    def engine_dirs(self, key: str, device: str) -> tuple[Path, Path]:
+        """TensorRT's folders for entry ``key`` on ``device``: its engines, and the timing
+        cache every model on that device shares. Made on demand."""
+        _validate_key(key)
+        base = self.root / ENGINE_DIR / device
+        engines, timing = base / key, base / "timing"
+        try:
+            engines.mkdir(parents=True, exist_ok=True)
+            timing.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _unwritable(self.root, err) from err
+        return engines, timing
+
+    def engine_lock(self, engine_dir: Path) -> _KeyLock:
+        """The lock held while an engine in ``engine_dir`` is built or loaded."""
+        lock_file = engine_dir.with_name(f"{engine_dir.name}.lock")
+        return _KeyLock(lock_file, self.lock_timeout, self.root)
+
+    def _remove_engines(self, key: str | None) -> None:
+        """Remove the engines of ``key`` on every device (of every key when None)."""
+        base = self.root / ENGINE_DIR
+        if key is None:
+            _remove_path(base)
+            return
+        for device in base.glob("*") if base.is_dir() else ():
+            _remove_path(device / key)
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included."""

@@ -112,14 +112,29 @@ def optimize(
         Path | None,
         typer.Option(help="Also save the optimized pipeline here (it loads accelerated)."),
     ] = None,
+    device_id: Annotated[int, typer.Option(min=0, help="CUDA device (cuda, tensorrt).")] = 0,
+    fallback: Annotated[
+        bool, typer.Option(help="Fall back TensorRT -> CUDA -> CPU instead of failing.")
+    ] = False,
 ) -> None:
     """Build the pipeline's cache entries ahead of time (e.g. in a container image)."""
     from . import accelerate
 
     with one_line_errors():
         nlp = _load_pipeline(pipeline_path)
-        accelerate.optimize(nlp, provider, precision, cache_dir=_cache_folder(cache_dir))
+        accelerate.optimize(
+            nlp,
+            provider,
+            precision,
+            cache_dir=_cache_folder(cache_dir),
+            device_id=device_id,
+            fallback=fallback,
+        )
         for name, proxy in accelerate.accelerated_components(nlp).items():
+            typer.echo(
+                f"{name}: served by {proxy.session.provider.provider.value} "
+                f"{proxy.session.config.precision.value}"
+            )
             exported, parity = proxy.exported, proxy.exported.parity
             source = "cache hit" if exported.cache_hit else "exported"
             checked = (

@@ -8,13 +8,15 @@ cache key is computed from exactly the values that shaped the exported file.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from .errors import InvalidOptionError
 from .gate import Gate
+from .gpu_options import GpuOptions, parse_gpu_options
 from .quantize import DEFAULT_INT8_RECIPE, Int8Recipe
 
 
@@ -37,19 +39,35 @@ class Precision(str, Enum):
     INT8 = "int8"
 
 
-#: The provider/precision pairs this release serves. Others are rejected with a
-#: clear error instead of being half-supported.
-SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(
-    {(Provider.CPU, Precision.FP32), (Provider.CPU, Precision.INT8)}
+#: The provider/precision pairs this release serves, in the order benchmarks list
+#: them. Others are rejected with a clear error instead of being half-supported.
+SERVED: tuple[tuple[Provider, Precision], ...] = (
+    (Provider.CPU, Precision.FP32),
+    (Provider.CPU, Precision.INT8),
+    (Provider.CUDA, Precision.FP32),
+    (Provider.CUDA, Precision.FP16),
+    (Provider.TENSORRT, Precision.FP32),
+    (Provider.TENSORRT, Precision.FP16),
 )
+SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(SERVED)
+
+#: The providers that run on an NVIDIA GPU (IO binding, buckets, CUDA graphs).
+GPU_PROVIDERS: frozenset[Provider] = frozenset({Provider.CUDA, Provider.TENSORRT})
 
 #: The fp32 parity gate of DESIGN.md: the largest allowed absolute difference
 #: between a hidden state of the exported model and of the PyTorch module.
 DEFAULT_TOLERANCE = 1e-4
 
-#: The gate of reduced precisions: the smallest allowed cosine similarity
-#: between one token's hidden state and PyTorch's fp32 one.
+#: The fp32 gate on a GPU: ONNX Runtime's CUDA kernels use TF32 tensor cores
+#: for fp32 matrix products (10-bit mantissa inputs), so 1e-4 is out of reach.
+DEFAULT_GPU_TOLERANCE = 1e-3
+
+#: The gate of int8: the smallest allowed cosine similarity between one
+#: token's hidden state and PyTorch's fp32 one.
 DEFAULT_MIN_COSINE = 0.99
+
+#: The gate of fp16, tighter than int8's: half precision loses far less.
+DEFAULT_FP16_MIN_COSINE = 0.999
 
 #: ONNX opset used by the exporter; part of the cache key.
 DEFAULT_OPSET = 17
@@ -88,18 +106,29 @@ def _default_threads() -> int:
 
 @dataclass(frozen=True)
 class OptimizeConfig:
-    """Everything ``optimize()`` was asked to do, validated."""
+    """Everything ``optimize()`` was asked to do, validated.
+
+    ``tolerance`` and ``min_cosine`` are kept as the user gave them (None:
+    not given), because their defaults depend on where the model ends up
+    running, which ``auto`` and ``fallback`` only decide later.
+    """
 
     provider: Provider
     precision: Precision
     cache_dir: Path | None
     warmup: bool
     verify: bool
-    tolerance: float
     intra_op_threads: int
-    min_cosine: float = DEFAULT_MIN_COSINE
+    tolerance: float | None = None
+    min_cosine: float | None = None
     opset: int = DEFAULT_OPSET
     int8: Int8Recipe = DEFAULT_INT8_RECIPE
+    gpu: GpuOptions = GpuOptions()
+    fallback: bool = False
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.provider in GPU_PROVIDERS
 
     def export_options(self) -> dict[str, Any]:
         """The options that change the exported file, hence part of the cache key."""
@@ -114,10 +143,29 @@ class OptimizeConfig:
         return options
 
     def gate(self) -> Gate:
-        """fp32 must match PyTorch within ``tolerance``; int8 must keep ``min_cosine``."""
+        """fp32 must match PyTorch within the tolerance; fp16 and int8 must keep every
+        token's direction (cosine)."""
         if self.precision is Precision.FP32:
-            return Gate(max_abs_diff=self.tolerance)
-        return Gate(min_cosine=self.min_cosine)
+            return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
+        return Gate(min_cosine=self.min_cosine or default_min_cosine(self.precision))
+
+    def served_by(self, provider: Provider) -> OptimizeConfig:
+        """This request served by ``provider`` instead (a fallback): a precision that
+        provider cannot serve becomes fp32."""
+        served = (provider, self.precision) in SUPPORTED_COMBINATIONS
+        return replace(
+            self, provider=provider, precision=self.precision if served else Precision.FP32
+        )
+
+
+def default_tolerance(provider: Provider) -> float:
+    """The fp32 parity bound: near-exact on a CPU, TF32-sized on a GPU."""
+    return DEFAULT_GPU_TOLERANCE if provider in GPU_PROVIDERS else DEFAULT_TOLERANCE
+
+
+def default_min_cosine(precision: Precision) -> float:
+    """The token cosine bound of a reduced precision."""
+    return DEFAULT_FP16_MIN_COSINE if precision is Precision.FP16 else DEFAULT_MIN_COSINE
 
 
 def build_config(
@@ -127,9 +175,12 @@ def build_config(
     cache_dir: str | os.PathLike[str] | None = None,
     warmup: bool = True,
     verify: bool = True,
-    tolerance: float = DEFAULT_TOLERANCE,
-    min_cosine: float = DEFAULT_MIN_COSINE,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
     threads: int | None = None,
+    device_id: int = 0,
+    fallback: bool = False,
+    gpu: GpuOptions | Mapping[str, Any] | None = None,
 ) -> OptimizeConfig:
     """Validate the user's options; ``provider`` may still be ``auto`` here.
 
@@ -138,27 +189,32 @@ def build_config(
     """
     parsed_provider = parse_provider(provider)
     parsed_precision = parse_precision(precision)
-    if not (isinstance(tolerance, int | float) and 0 < tolerance < 1):
+    if tolerance is not None and not (isinstance(tolerance, int | float) and 0 < tolerance < 1):
         raise InvalidOptionError(
             f"tolerance must be a number between 0 and 1, got {tolerance!r}; the default "
-            f"is {DEFAULT_TOLERANCE}."
+            f"is {DEFAULT_TOLERANCE} on a CPU and {DEFAULT_GPU_TOLERANCE} on a GPU."
         )
-    if not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
+    if min_cosine is not None and not (
+        isinstance(min_cosine, int | float) and 0 < min_cosine <= 1
+    ):
         raise InvalidOptionError(
             f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
-            f"{DEFAULT_MIN_COSINE}."
+            f"{DEFAULT_MIN_COSINE} for int8 and {DEFAULT_FP16_MIN_COSINE} for fp16."
         )
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
+    gpu_options = parse_gpu_options(gpu, device_id=device_id)
     return OptimizeConfig(
         provider=parsed_provider,
         precision=parsed_precision,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
         warmup=bool(warmup),
         verify=bool(verify),
-        tolerance=float(tolerance),
-        min_cosine=float(min_cosine),
+        tolerance=float(tolerance) if tolerance is not None else None,
+        min_cosine=float(min_cosine) if min_cosine is not None else None,
         intra_op_threads=threads if threads is not None else _default_threads(),
+        gpu=gpu_options,
+        fallback=bool(fallback),
     )
 
 

@@ -44,3 +44,12 @@ class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
 
 class AccuracyError(SpacyAccelerateError, RuntimeError):
     """A reduced-precision model lost more accuracy than the gate allows, so it is not served."""
+
+
+class EngineBuildError(ProviderUnavailableError):
+    """A provider is installed but could not build or run the model here (no usable GPU, a
+    TensorRT engine that failed to build, a CUDA graph that could not be captured)."""
+
+
+class InvalidInputError(SpacyAccelerateError, ValueError):
+    """The pipeline handed the transformer something the model cannot take."""

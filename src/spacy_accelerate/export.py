@@ -14,6 +14,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -21,9 +22,9 @@ import torch
 from transformers import PreTrainedModel
 
 from .architectures.spec import POOLER_OUTPUT, EncoderSpec
+from .config import Precision, Provider
 from .encoder_inputs import EncoderInputs
 from .errors import ConversionError
-from .providers import ResolvedProvider
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -112,12 +113,41 @@ def _quiet_optimizer_logs() -> Iterator[None]:
             log.setLevel(level)
 
 
-def optimize_graph(path: Path, spec: EncoderSpec, provider: ResolvedProvider) -> None:
-    """Apply ONNX Runtime's transformer fusions in place.
+@dataclass(frozen=True)
+class GraphPlan:
+    """What is done to the exported graph for one provider and precision."""
 
-    The fused graph keeps every output; a parity check afterwards decides
-    whether it is served.
+    #: ONNX Runtime's transformer fusions (attention, layer norms, GELU).
+    fuse: bool
+    #: Fusions for the CUDA kernels rather than the CPU ones.
+    for_gpu: bool = False
+    #: Weights and arithmetic in half precision; inputs and outputs stay
+    #: int64 / float32, so the proxy's contract does not change.
+    float16: bool = False
+
+
+def graph_plan(provider: Provider, precision: Precision) -> GraphPlan:
+    """The plan of ``provider`` at ``precision``.
+
+    TensorRT gets the plain graph: it fuses on its own and does not take ONNX
+    Runtime's fused operators, and its fp16 is a builder flag, not a graph
+    rewrite. int8 graphs are quantized unfused (see :mod:`spacy_accelerate.quantize`).
     """
+    if provider is Provider.TENSORRT:
+        return GraphPlan(fuse=False)
+    if provider is Provider.CUDA:
+        return GraphPlan(fuse=True, for_gpu=True, float16=precision is Precision.FP16)
+    return GraphPlan(fuse=True)
+
+
+def optimize_graph(path: Path, spec: EncoderSpec, plan: GraphPlan) -> None:
+    """Apply ``plan`` to the model at ``path``, in place.
+
+    The result keeps every output; a parity check afterwards decides whether
+    it is served.
+    """
+    if not plan.fuse:
+        return
     from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -136,8 +166,10 @@ def optimize_graph(path: Path, spec: EncoderSpec, provider: ResolvedProvider) ->
                 hidden_size=spec.hidden_width,
                 optimization_options=options,
                 opt_level=0,
-                use_gpu=False,
+                use_gpu=plan.for_gpu,
             )
+            if plan.float16:
+                optimized.convert_float_to_float16(keep_io_types=True)
         except Exception as error:  # the optimizer raises many unrelated types
             raise ConversionError(
                 f"ONNX Runtime's transformer optimizer failed on the {spec.family} model: "

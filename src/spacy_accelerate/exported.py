@@ -18,16 +18,19 @@ from pathlib import Path
 import torch
 
 from .architectures import DetectedEncoder
+from .buckets import DEFAULT_MAX_BATCH, BucketPlan
 from .cache import CacheEntry, ModelCache
 from .config import OptimizeConfig, Precision
 from .errors import AccuracyError, CacheError
-from .export import MODEL_FILE, export_onnx, optimize_graph
+from .export import MODEL_FILE, GraphPlan, export_onnx, graph_plan, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
 from .parity import ParityReport, check_parity
+from .provider_options import SessionLayout
 from .providers import ResolvedProvider
 from .quantize import quantize_int8
 from .runtime import EncoderSession
+from .session_layout import open_session, session_layout
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -64,17 +67,18 @@ def _quantize_within_gate(
     *,
     window: int,
     gate: Gate,
+    layout: SessionLayout,
 ) -> tuple[EncoderSession, ParityReport]:
     """Quantize the fp32 model at ``path`` with the first plan whose model passes ``gate``."""
     spec = detected.spec
     float_model = path.with_name(f"float-{path.name}")
     os.replace(path, float_model)
     if config.int8.fuse_first:
-        optimize_graph(float_model, spec, provider)
+        optimize_graph(float_model, spec, GraphPlan(fuse=True))
     refused: list[str] = []
     for plan in config.int8.plans:
         kept = quantize_int8(float_model, path, spec, config.int8, plan)
-        session = EncoderSession(path, provider, config)
+        session = EncoderSession(path, provider, config, layout)
         try:
             report = check_parity(module, detected, session, window=window, gate=gate)
         except AccuracyError as error:
@@ -99,12 +103,19 @@ def get_or_export(
     cache: ModelCache,
     *,
     window: int,
+    buckets: BucketPlan | None = None,
 ) -> tuple[EncoderSession, ExportedModel]:
-    """Return a session over a verified ONNX model of ``module`` and its provenance."""
+    """Return a session over a verified ONNX model of ``module`` and its provenance.
+
+    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
+    """
     start = time.perf_counter()
     spec = detected.spec
+    if buckets is None:
+        buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
     inputs = key_inputs(module, spec, config.export_options())
     key = cache_key(inputs)
+    layout = session_layout(config, spec, buckets, cache, key)
     built: list[tuple[EncoderSession, ParityReport]] = []
 
     gate = config.gate()
@@ -118,11 +129,11 @@ def get_or_export(
         # valid after the folder is renamed into the cache: it is served as is.
         if config.precision is Precision.INT8:
             session, report = _quantize_within_gate(
-                path, module, detected, config, provider, window=window, gate=gate
+                path, module, detected, config, provider, window=window, gate=gate, layout=layout
             )
         else:
-            optimize_graph(path, spec, provider)
-            session = EncoderSession(path, provider, config)
+            optimize_graph(path, spec, graph_plan(config.provider, config.precision))
+            session = open_session(path, provider, config, layout, cache)
             report = check_parity(module, detected, session, window=window, gate=gate)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
         built.append((session, report))
@@ -131,7 +142,8 @@ def get_or_export(
     if built:
         session, parity = built[0]
     else:
-        session, parity = EncoderSession(result.entry.file(MODEL_FILE), provider, config), None
+        model = result.entry.file(MODEL_FILE)
+        session, parity = open_session(model, provider, config, layout, cache), None
     if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
         # stored under a looser gate than this call asks for.
@@ -158,17 +170,21 @@ def get_or_export(
 
 
 def reopen_session(
-    exported: ExportedModel, provider: ResolvedProvider, config: OptimizeConfig
+    exported: ExportedModel,
+    provider: ResolvedProvider,
+    config: OptimizeConfig,
+    layout: SessionLayout,
 ) -> EncoderSession:
     """A new session over a model optimize() already verified (after pickling, say).
 
     The entry is checked against its manifest again; if it has gone, the
     pipeline must be optimized anew rather than run on something unverified.
     """
-    entry = ModelCache(exported.path.parent).lookup(exported.key)
+    cache = ModelCache(exported.path.parent)
+    entry = cache.lookup(exported.key)
     if entry is None:
         raise CacheError(
             f"The cached model {exported.key[:12]} under {exported.path.parent} is missing or "
             "damaged. Call spacy_accelerate.optimize(nlp) on this pipeline again to rebuild it."
         )
-    return EncoderSession(entry.file(MODEL_FILE), provider, config)
+    return open_session(entry.file(MODEL_FILE), provider, config, layout, cache)

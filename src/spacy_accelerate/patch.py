@@ -50,6 +50,15 @@ def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
     location.shim._model = proxy
 
 
+def reads_all_layers(location: ShimLocation) -> bool:
+    """Whether the pipeline reads every layer of this transformer (what warm-up runs)."""
+    proxy = location.shim._model
+    if isinstance(proxy, AcceleratedEncoder):
+        return bool(location.layer.attrs.get(ALL_LAYERS_ATTR, True))
+    config = getattr(location.pytorch_module, "config", None)
+    return bool(getattr(config, "output_hidden_states", False))
+
+
 def is_patched(location: ShimLocation) -> bool:
     return isinstance(location.shim._model, AcceleratedModule)
 

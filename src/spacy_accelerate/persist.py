@@ -22,7 +22,7 @@ from typing import Any
 from spacy.language import Language
 from spacy.util import registry
 
-from .config import DEFAULT_MIN_COSINE, DEFAULT_TOLERANCE, OptimizeConfig
+from .config import OptimizeConfig
 
 CALLBACK_NAME = "spacy_accelerate.optimize.v1"
 CALLBACK_KEY = "after_pipeline_creation"
@@ -39,9 +39,13 @@ class OptimizeRequest:
     cache_dir: str | None = None
     warmup: bool = True
     verify: bool = True
-    tolerance: float = DEFAULT_TOLERANCE
-    min_cosine: float = DEFAULT_MIN_COSINE
+    tolerance: float | None = None
+    min_cosine: float | None = None
     threads: int | None = None
+    device_id: int = 0
+    fallback: bool = False
+    #: :class:`~spacy_accelerate.GpuOptions` as plain values (``GpuOptions.as_dict``).
+    gpu: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config: OptimizeConfig, *, threads: int | None) -> OptimizeRequest:
@@ -55,6 +59,9 @@ class OptimizeRequest:
             tolerance=config.tolerance,
             min_cosine=config.min_cosine,
             threads=threads,
+            device_id=config.gpu.device_id,
+            fallback=config.fallback,
+            gpu=config.gpu.as_dict(),
         )
 
     def optimize_kwargs(self) -> dict[str, Any]:
@@ -131,9 +138,12 @@ def make_optimize_callback(
     cache_dir: str | None = None,
     warmup: bool = True,
     verify: bool = True,
-    tolerance: float = DEFAULT_TOLERANCE,
-    min_cosine: float = DEFAULT_MIN_COSINE,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
     threads: int | None = None,
+    device_id: int = 0,
+    fallback: bool = False,
+    gpu: dict[str, Any] | None = None,
     previous: Callable[[Language], Language] | None = None,
 ) -> Callable[[Language], Language]:
     """spaCy's ``after_pipeline_creation`` callback that accelerates the loaded pipeline."""
@@ -146,6 +156,9 @@ def make_optimize_callback(
         tolerance=tolerance,
         min_cosine=min_cosine,
         threads=threads,
+        device_id=device_id,
+        fallback=fallback,
+        gpu=dict(gpu) if gpu is not None else None,
     )
     return AfterCreation(request=request, enabled=enabled, previous=previous)
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from functools import singledispatch
 from typing import Any
 
-import numpy as np
 import torch
 from curated_transformers.models.attention import AttentionMask
 from curated_transformers.models.curated_transformer import CuratedTransformer
@@ -32,6 +31,7 @@ from .config import OptimizeConfig
 from .encoder_inputs import EncoderInputs
 from .errors import InferenceOnlyError, UnsupportedArchitectureError
 from .exported import ExportedModel, reopen_session
+from .provider_options import SessionLayout
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
 
@@ -49,10 +49,6 @@ def _unrequested() -> torch.Tensor:
     # (batch, sequence, width) tensor fails loudly instead of reading a copy
     # of another layer.
     return torch.empty(0)
-
-
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().cpu().numpy().astype(np.int64, copy=False)
 
 
 class AcceleratedModule(torch.nn.Module):
@@ -80,15 +76,26 @@ class AcceleratedModule(torch.nn.Module):
                 f"it cannot be trained. {RESTORE_HINT}"
             )
 
-    def _run(self, inputs: EncoderInputs, names: Sequence[str]) -> list[np.ndarray]:
-        if inputs.input_ids.size == 0:
+    def served_outputs(self, all_layers: bool) -> tuple[str, ...]:
+        """The graph outputs one call reads: every layer or the last one (and the pooled
+        output, where the module returns it)."""
+        hidden = self.spec.hidden_state_names
+        return hidden if all_layers else hidden[-1:]
+
+    def _run(self, feeds: dict[str, torch.Tensor], names: Sequence[str]) -> list[torch.Tensor]:
+        """The outputs ``names`` for int64 ``(batch, length)`` feeds, on the feeds' device."""
+        ids = feeds["input_ids"]
+        if ids.numel() == 0:
             width = self.spec.hidden_width
-            batch = inputs.input_ids.shape[0]
             return [
-                np.zeros((batch, width) if name == POOLER_OUTPUT else (*inputs.shape, width), "f")
+                ids.new_zeros(
+                    (ids.shape[0], width) if name == POOLER_OUTPUT else (*ids.shape, width),
+                    dtype=torch.float32,
+                )
                 for name in names
             ]
-        return self.session.run(inputs, names)
+        outputs = self.session.run_tensors(feeds, names)
+        return [tensor.to(ids.device) for tensor in outputs]
 
     # thinc serialises the shim's module through these: saving writes the
     # original PyTorch weights (a faithful pipeline); loading new weights into a
@@ -128,7 +135,8 @@ class AcceleratedModule(torch.nn.Module):
     def __reduce__(self) -> tuple[Any, ...]:
         # A pickled proxy reopens its verified cache entry; sessions are never pickled.
         state = (self.original, self.spec, self.exported, self.session.provider)
-        return (_reopen, (type(self), *state, self.session.config, self._rebuild_args()))
+        rebuild = (self.session.config, self.session.layout, self._rebuild_args())
+        return (_reopen, (type(self), *state, *rebuild))
 
     def extra_repr(self) -> str:
         return (
@@ -150,18 +158,14 @@ class AcceleratedEncoder(AcceleratedModule):
         all_layer_outputs: bool = True,
     ) -> PyTorchTransformerOutput:
         self._check_inference()
-        inputs = EncoderInputs.from_ids(_numpy(input_ids), self.spec.padding_idx)
-        if attention_mask is not None or token_type_ids is not None:
-            mask = inputs.attention_mask
-            if attention_mask is not None:
-                mask = attention_mask.bool_mask.detach().cpu().numpy().astype(np.int64)
-                mask = mask.reshape(inputs.shape)
-            types = inputs.token_type_ids if token_type_ids is None else _numpy(token_type_ids)
-            inputs = EncoderInputs(inputs.input_ids, mask, types)
-
-        hidden = self.spec.hidden_state_names
-        arrays = self._run(inputs, hidden if all_layer_outputs else hidden[-1:])
-        tensors = [torch.from_numpy(array).to(input_ids.device) for array in arrays]
+        ids = input_ids.detach().long()
+        if attention_mask is not None:
+            mask = attention_mask.bool_mask.detach().reshape(ids.shape).long()
+        else:
+            mask = (ids != self.spec.padding_idx).long()
+        types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.detach().long()
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        tensors = self._run(feeds, self.served_outputs(all_layer_outputs))
         if all_layer_outputs:
             return PyTorchTransformerOutput(
                 embedding_output=tensors[0], layer_hidden_states=tensors[1:]
@@ -193,6 +197,10 @@ class AcceleratedHFModel(AcceleratedModule):
     def _rebuild_args(self) -> tuple[Any, ...]:
         return (self.output_type,)
 
+    def served_outputs(self, all_layers: bool) -> tuple[str, ...]:
+        pooled = (POOLER_OUTPUT,) if self.spec.has_pooler else ()
+        return (*super().served_outputs(all_layers), *pooled)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -210,21 +218,18 @@ class AcceleratedHFModel(AcceleratedModule):
                 "The accelerated transformer cannot return attention weights (they are computed "
                 "in fused kernels). Call it without output_attentions, or restore() the pipeline."
             )
-        ids = _numpy(input_ids)
-        mask = np.ones_like(ids) if attention_mask is None else _numpy(attention_mask)
-        types = np.zeros_like(ids) if token_type_ids is None else _numpy(token_type_ids)
+        ids = input_ids.detach().long()
+        mask = torch.ones_like(ids) if attention_mask is None else attention_mask.detach().long()
+        types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.detach().long()
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         all_hidden = (
             config.output_hidden_states
             if output_hidden_states is None
             else bool(output_hidden_states)
         )
         hidden = self.spec.hidden_state_names
-        names = [*(hidden if all_hidden else hidden[-1:])]
-        if self.spec.has_pooler:
-            names.append(POOLER_OUTPUT)
-        arrays = self._run(EncoderInputs(ids, mask, types), names)
-        device = input_ids.device
-        tensors = {n: torch.from_numpy(a).to(device) for n, a in zip(names, arrays, strict=True)}
+        names = self.served_outputs(all_hidden)
+        tensors = dict(zip(names, self._run(feeds, names), strict=True))
         fields: dict[str, Any] = {"last_hidden_state": tensors[hidden[-1]]}
         if self.spec.has_pooler:
             fields[POOLER_OUTPUT] = tensors[POOLER_OUTPUT]
@@ -242,9 +247,10 @@ def _reopen(
     exported: ExportedModel,
     provider: ResolvedProvider,
     config: OptimizeConfig,
+    layout: SessionLayout,
     extra: tuple[Any, ...],
 ) -> AcceleratedModule:
-    session = reopen_session(exported, provider, config)
+    session = reopen_session(exported, provider, config, layout)
     return proxy_type(session, spec, original, exported, *extra)
 
 

@@ -1,22 +1,100 @@
-"""An ONNX Runtime session over an exported encoder, sized for this process."""
+"""An ONNX Runtime session over an exported encoder, on the provider it was asked for.
+
+The session is created with the provider options of
+:mod:`spacy_accelerate.provider_options` and then checked: ONNX Runtime
+quietly falls back to the CPU when a GPU provider cannot start (no device,
+a driver or library mismatch), which would leave an "accelerated" pipeline
+running somewhere nobody asked for. That, and any failure to build or run
+the model on a GPU provider, is an :class:`~spacy_accelerate.errors.EngineBuildError`,
+which ``optimize(..., fallback=True)`` answers with the next provider.
+
+Two ways to feed it: :meth:`EncoderSession.run` takes numpy arrays (the
+parity gate and warm-up of the CPU provider), :meth:`EncoderSession.run_tensors`
+takes torch tensors (the proxy's hot path): on the CPU through host arrays,
+on a GPU through IO binding on device buffers.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
+import torch
 
-from .config import OptimizeConfig
+from .config import OptimizeConfig, Provider
+from .cuda_graphs import GraphBook
 from .encoder_inputs import EncoderInputs
-from .providers import ResolvedProvider, import_onnxruntime
+from .errors import EngineBuildError
+from .io_binding import BoundRunner
+from .provider_options import SessionLayout, execution_providers
+from .providers import ORT_PROVIDER_NAMES, ResolvedProvider, import_onnxruntime
+
+
+class TensorRunner(Protocol):
+    def run(
+        self, feeds: Mapping[str, torch.Tensor], names: Sequence[str]
+    ) -> list[torch.Tensor]: ...
+
+
+class HostRunner:
+    """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.input_names = tuple(i.name for i in session.get_inputs())
+
+    def run(self, feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> list[torch.Tensor]:
+        arrays = {
+            name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False)
+            for name in self.input_names
+        }
+        return [torch.from_numpy(array) for array in self.session.run(list(names), arrays)]
+
+
+def _ort_failure_types(ort: Any) -> tuple[type[BaseException], ...]:
+    # ONNX Runtime's errors (Fail, EPFail, RuntimeException, ...) come from its
+    # pybind module; their common base there is plain Exception.
+    module = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
+    found = (
+        [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type) and issubclass(value, Exception)
+        ]
+        if module is not None
+        else []
+    )
+    return tuple(found) or (RuntimeError,)
+
+
+@contextmanager
+def engine_failures(provider: Provider, what: str, ort: Any) -> Iterator[None]:
+    """On a GPU provider, turn ONNX Runtime's failures into an ``EngineBuildError``."""
+    if provider is Provider.CPU:
+        yield
+        return
+    try:
+        yield
+    except _ort_failure_types(ort) as error:
+        raise EngineBuildError(
+            f"ONNX Runtime's {ORT_PROVIDER_NAMES[provider]} failed to {what}: {error}. Check "
+            "`spacy-accelerate doctor` (driver, CUDA, TensorRT versions); pass fallback=True to "
+            "optimize() to fall back to the next provider instead."
+        ) from error
 
 
 class EncoderSession:
     """Runs the exported encoder: int64 id arrays in, requested hidden states out."""
 
     def __init__(
-        self, model_path: Path, provider: ResolvedProvider, config: OptimizeConfig
+        self,
+        model_path: Path,
+        provider: ResolvedProvider,
+        config: OptimizeConfig,
+        layout: SessionLayout,
     ) -> None:
         ort = import_onnxruntime()
         options = ort.SessionOptions()
@@ -26,12 +104,71 @@ class EncoderSession:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         self.provider = provider
         self.config = config
-        self._session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=list(provider.ort_providers)
-        )
+        self.layout = layout
+        self._ort = ort
+        with engine_failures(provider.provider, "create a session", ort):
+            self._session = ort.InferenceSession(
+                str(model_path),
+                sess_options=options,
+                providers=execution_providers(config, layout),
+            )
+        check_active(self._session, provider.provider)
         self.input_names: tuple[str, ...] = tuple(i.name for i in self._session.get_inputs())
         self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
+        self.runner: TensorRunner = make_runner(self._session, ort, config, layout)
 
     def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
-        """The requested outputs; the graph's inputs decide which arrays are fed."""
-        return self._session.run(list(outputs), inputs.feeds(self.input_names))
+        """The requested outputs as host arrays, run the way the proxy runs (buckets and
+        all on a GPU), so that the parity gate checks what will be served."""
+        feeds = {name: torch.from_numpy(a) for name, a in inputs.feeds(self.input_names).items()}
+        return [tensor.cpu().numpy() for tensor in self.run_tensors(feeds, outputs)]
+
+    def run_tensors(
+        self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str]
+    ) -> list[torch.Tensor]:
+        """The requested outputs as torch tensors, on the session's device."""
+        with engine_failures(self.provider.provider, "run the model", self._ort):
+            return self.runner.run(feeds, outputs)
+
+
+def check_active(session: Any, provider: Provider) -> None:
+    """Refuse a session on which ONNX Runtime did not register the provider asked for."""
+    expected = ORT_PROVIDER_NAMES[provider]
+    active = list(session.get_providers())
+    if expected not in active:
+        raise EngineBuildError(
+            f"ONNX Runtime could not start {expected} (it runs on {', '.join(active)} instead), "
+            "so the model would not run where you asked. Check that a GPU is visible "
+            "(nvidia-smi, CUDA_VISIBLE_DEVICES) and that the CUDA/cuDNN/TensorRT libraries match "
+            "your onnxruntime-gpu (`spacy-accelerate doctor`); pass fallback=True to optimize() "
+            "to fall back to the next provider instead."
+        )
+
+
+def _host_runner(session: Any, ort: Any, config: OptimizeConfig, layout: SessionLayout):
+    return HostRunner(session)
+
+
+def _device_runner(session: Any, ort: Any, config: OptimizeConfig, layout: SessionLayout):
+    return BoundRunner(
+        session,
+        ort,
+        device=torch.device("cuda", config.gpu.device_id),
+        plan=layout.buckets,
+        padding_idx=layout.padding_idx,
+        graphs=GraphBook(enabled=config.gpu.cuda_graph, plan=layout.buckets),
+    )
+
+
+_RUNNERS: dict[Provider, Callable[[Any, Any, OptimizeConfig, SessionLayout], TensorRunner]] = {
+    Provider.CPU: _host_runner,
+    Provider.CUDA: _device_runner,
+    Provider.TENSORRT: _device_runner,
+}
+
+
+def make_runner(
+    session: Any, ort: Any, config: OptimizeConfig, layout: SessionLayout
+) -> TensorRunner:
+    """Host arrays for the CPU provider, IO binding on device buffers for the GPU ones."""
+    return _RUNNERS[config.provider](session, ort, config, layout)

@@ -90,8 +90,14 @@ class Architecture(ABC):
         module masks every ``padding_idx`` piece itself.
         """
         with torch.no_grad():
-            output = module(torch.from_numpy(inputs.input_ids))
+            output = module(torch.from_numpy(inputs.input_ids).to(module_device(module)))
         return [tensor.detach().cpu().float().numpy() for tensor in output.all_outputs]
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where ``module``'s weights are (the GPU under ``spacy.require_gpu()``)."""
+    first = next(module.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
 
 
 class TensorTaker:

@@ -30,7 +30,7 @@ from transformers import (
 from transformers.utils import ModelOutput
 
 from ...errors import ConversionError, UnsupportedArchitectureError
-from ..base import Architecture, Tensors
+from ..base import Architecture, Tensors, module_device
 from ..spec import EncoderSpec
 
 if TYPE_CHECKING:  # the inputs module imports this package
@@ -165,7 +165,8 @@ class HuggingFaceArchitecture(Architecture):
     def reference_outputs(
         cls, module: torch.nn.Module, inputs: EncoderInputs, spec: EncoderSpec
     ) -> list[np.ndarray]:
-        kwargs = inputs.as_torch(spec)
+        device = module_device(module)
+        kwargs = {name: tensor.to(device) for name, tensor in inputs.as_torch(spec).items()}
         with torch.no_grad():
             output: ModelOutput = module(**kwargs, output_hidden_states=True, return_dict=True)
         tensors = list(output.hidden_states)

@@ -1,0 +1,137 @@
+"""What happens when a GPU provider is missing or cannot start, simulated on a CPU machine.
+
+By default: a clear error, and the pipeline exactly as it was. With
+``fallback=True``: TensorRT -> CUDA -> CPU with a warning at each step, and
+the pipeline served by the first provider that works.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import spacy
+from annotations import disagreements, max_abs_diff, run
+
+import spacy_accelerate
+from spacy_accelerate import runtime
+from spacy_accelerate.config import Provider
+from spacy_accelerate.errors import (
+    ConversionError,
+    EngineBuildError,
+    ProviderUnavailableError,
+)
+from spacy_accelerate.providers import import_onnxruntime
+from spacy_accelerate.runtime import engine_failures
+
+ort = import_onnxruntime()
+TEXTS_USED = 16
+
+
+@pytest.fixture()
+def nlp(sample_path: Callable[[str], Path]) -> spacy.language.Language:
+    return spacy.load(sample_path("roberta"))
+
+
+@pytest.fixture()
+def pretend_gpu_providers_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """onnxruntime-gpu as on a machine whose driver or GPU is missing: the providers are
+    listed, but ONNX Runtime cannot start them and quietly runs on the CPU instead."""
+    listed = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: listed)
+
+
+def test_a_missing_gpu_provider_is_an_error_naming_the_extra(nlp, cache_dir: Path):
+    for provider, extra in (("cuda", "gpu"), ("tensorrt", "tensorrt")):
+        install = re.escape(f"pip install 'spacy-accelerate[{extra}]'")
+        with pytest.raises(ProviderUnavailableError, match=install):
+            spacy_accelerate.optimize(nlp, provider, "fp16", cache_dir=cache_dir)
+    assert not spacy_accelerate.is_optimized(nlp)
+    assert spacy_accelerate.list_cached(cache_dir) == []
+
+
+def test_fallback_walks_tensorrt_cuda_cpu_with_warnings(
+    nlp, ewt_texts: list[str], cache_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    texts = ewt_texts[:TEXTS_USED]
+    expected = run(nlp, texts, batch_size=8)
+    with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(nlp, "tensorrt", "fp16", cache_dir=cache_dir, fallback=True)
+    steps = [r.getMessage() for r in caplog.records if "falling back" in r.getMessage()]
+    assert len(steps) == 2
+    assert "provider='tensorrt'" in steps[0] and "provider='cuda', precision='fp16'" in steps[0]
+    assert "provider='cuda'" in steps[1] and "provider='cpu', precision='fp32'" in steps[1]
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    assert proxy.session.provider.provider is Provider.CPU
+    assert proxy.session.config.precision.value == "fp32"
+    actual = run(nlp, texts, batch_size=8)
+    assert max_abs_diff(expected, actual) <= 1e-4
+    assert disagreements(expected, actual, nlp) == []
+
+
+def test_a_provider_that_cannot_start_is_an_error_and_the_pipeline_is_unchanged(
+    nlp, cache_dir: Path, pretend_gpu_providers_installed
+):
+    module = spacy_accelerate.accelerated_components(nlp)
+    assert module == {}
+    with pytest.raises(EngineBuildError, match="could not start CUDAExecutionProvider"):
+        spacy_accelerate.optimize(nlp, "cuda", "fp32", cache_dir=cache_dir)
+    assert not spacy_accelerate.is_optimized(nlp)
+    # Nothing half-built is left in the cache: the failed build was never committed.
+    assert spacy_accelerate.list_cached(cache_dir) == []
+
+
+def test_fallback_from_a_provider_that_cannot_start(
+    nlp, cache_dir: Path, pretend_gpu_providers_installed, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(nlp, "cuda", "fp16", cache_dir=cache_dir, fallback=True)
+    assert spacy_accelerate.is_optimized(nlp)
+    warning = next(r.getMessage() for r in caplog.records if "falling back" in r.getMessage())
+    assert "could not start CUDAExecutionProvider" in warning
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    assert proxy.session.provider.provider is Provider.CPU
+
+
+def test_accuracy_failures_never_fall_back(
+    nlp, cache_dir: Path, pretend_gpu_providers_installed, monkeypatch: pytest.MonkeyPatch
+):
+    # The "CUDA" session runs (on the CPU), so the model reaches the parity gate and
+    # fails it: that is the model's fault, not the provider's, so no fallback.
+    monkeypatch.setattr(runtime, "check_active", lambda session, provider: None)
+    monkeypatch.setitem(runtime._RUNNERS, Provider.CUDA, runtime._host_runner)
+    with pytest.raises(ConversionError, match="does not match the PyTorch module"):
+        spacy_accelerate.optimize(
+            nlp, "cuda", "fp32", cache_dir=cache_dir, fallback=True, tolerance=1e-12
+        )
+    assert not spacy_accelerate.is_optimized(nlp)
+
+
+def test_onnx_runtime_failures_on_a_gpu_provider_become_engine_build_errors():
+    failure = ort.capi.onnxruntime_pybind11_state.Fail("TensorRT engine build failed")
+    with pytest.raises(EngineBuildError, match="TensorrtExecutionProvider failed to build"):
+        with engine_failures(Provider.TENSORRT, "build", ort):
+            raise failure
+    with pytest.raises(type(failure)):  # on the CPU they stay what they are
+        with engine_failures(Provider.CPU, "build", ort):
+            raise failure
+
+
+def test_fallback_and_gpu_options_are_saved_with_the_pipeline(
+    nlp, cache_dir: Path, tmp_path: Path, ewt_texts: list[str]
+):
+    gpu = spacy_accelerate.GpuOptions(batch_buckets=(1, 4), cuda_graph=True)
+    spacy_accelerate.optimize(nlp, "cuda", "fp16", cache_dir=cache_dir, fallback=True, gpu=gpu)
+    nlp.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    section = loaded.config["nlp"]["after_pipeline_creation"]
+    assert section["fallback"] is True and section["gpu"]["batch_buckets"] == [1, 4]
+    assert section["gpu"]["cuda_graph"] is True
+    assert spacy_accelerate.is_optimized(loaded)
+    proxy = spacy_accelerate.accelerated_components(loaded)["transformer"]
+    assert proxy.session.config.gpu == gpu
+    texts = ewt_texts[:8]
+    assert disagreements(run(nlp, texts, 4), run(loaded, texts, 4), loaded) == []
