@@ -14,17 +14,20 @@ from pathlib import Path
 
 import pytest
 import spacy
+import torch
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
 from spacy_accelerate import runtime
-from spacy_accelerate.config import Provider
+from spacy_accelerate.config import Provider, build_config
 from spacy_accelerate.errors import (
     ConversionError,
     EngineBuildError,
+    InvalidInputError,
     ProviderUnavailableError,
 )
-from spacy_accelerate.providers import import_onnxruntime
+from spacy_accelerate.fallback import fallback_chain
+from spacy_accelerate.providers import check_provider, import_onnxruntime
 from spacy_accelerate.runtime import engine_failures
 
 ort = import_onnxruntime()
@@ -42,6 +45,24 @@ def pretend_gpu_providers_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     listed, but ONNX Runtime cannot start them and quietly runs on the CPU instead."""
     listed = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     monkeypatch.setattr(ort, "get_available_providers", lambda: listed)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def test_gpu_providers_need_a_torch_that_can_use_the_gpu(monkeypatch: pytest.MonkeyPatch):
+    listed = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: listed)
+    with pytest.raises(ProviderUnavailableError, match="CPU-only build"):
+        check_provider(build_config("cuda", "fp16"))
+    assert check_provider(build_config("auto", "fp32")).provider is Provider.CPU
+
+
+def test_with_cuda_graphs_the_gpu_is_tried_again_without_them():
+    config = build_config("cuda", "fp16", fallback=True, gpu={"cuda_graph": True})
+    chain = [
+        (c.provider.value, c.precision.value, c.gpu.cuda_graph) for c in fallback_chain(config)
+    ]
+    assert chain == [("cuda", "fp16", True), ("cuda", "fp16", False), ("cpu", "fp32", True)]
+    assert fallback_chain(build_config("cuda", "fp16")) == [build_config("cuda", "fp16")]
 
 
 def test_a_missing_gpu_provider_is_an_error_naming_the_extra(nlp, cache_dir: Path):
@@ -110,14 +131,24 @@ def test_accuracy_failures_never_fall_back(
     assert not spacy_accelerate.is_optimized(nlp)
 
 
-def test_onnx_runtime_failures_on_a_gpu_provider_become_engine_build_errors():
-    failure = ort.capi.onnxruntime_pybind11_state.Fail("TensorRT engine build failed")
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ort.capi.onnxruntime_pybind11_state.Fail("TensorRT engine build failed"),
+        RuntimeError("Error in execution: CUDA failure 900"),  # what run_with_iobinding raises
+    ],
+    ids=["Fail", "RuntimeError"],
+)
+def test_onnx_runtime_failures_on_a_gpu_provider_become_engine_build_errors(failure):
     with pytest.raises(EngineBuildError, match="TensorrtExecutionProvider failed to build"):
         with engine_failures(Provider.TENSORRT, "build", ort):
             raise failure
     with pytest.raises(type(failure)):  # on the CPU they stay what they are
         with engine_failures(Provider.CPU, "build", ort):
             raise failure
+    with pytest.raises(InvalidInputError):  # our own errors pass through unchanged
+        with engine_failures(Provider.CUDA, "run", ort):
+            raise InvalidInputError("too long")
 
 
 def test_fallback_and_gpu_options_are_saved_with_the_pipeline(

@@ -25,9 +25,9 @@ from spacy_accelerate.buckets import BucketPlan, default_batch_buckets, pad_into
 from spacy_accelerate.cache import ModelCache
 from spacy_accelerate.config import Precision, Provider, build_config
 from spacy_accelerate.cuda_graphs import (
+    FIRST_GRAPH_ID,
     GRAPH_ID_OPTION,
     NO_GRAPH,
-    REGULAR_RUNS_BEFORE_CAPTURE,
     GraphBook,
 )
 from spacy_accelerate.encoder_inputs import EncoderInputs
@@ -219,6 +219,13 @@ def test_bucket_buffers_keep_their_addresses_and_share_one_arena(roberta_session
         assert small.inputs[name].data_ptr() == large.inputs[name].data_ptr()
     assert small.outputs[last[0]].data_ptr() == large.outputs[last[0]].data_ptr()
     first = runner.run(random_feeds(spec, 2, 30, seed=1), last)[0]
+    padded = runner.buffers((2, 32), last).inputs["attention_mask"]
+    two = runner.run(random_feeds(spec, 3, 30, seed=1), last)[0]
+    assert two.shape[0] == 3
+    mask = runner.buffers((4, 32), last).inputs["attention_mask"]
+    # The padding row sees one piece (no softmax over nothing), the padding columns none.
+    assert mask[3, 0] == 1 and int(mask[3, 1:].sum()) == 0 and int(mask[:3, 30:].sum()) == 0
+    assert padded.shape == (2, 32)
     kept = first.clone()
     runner.run(random_feeds(spec, 2, 30, seed=2), last)  # same bucket, new text
     assert torch.equal(first, kept)  # what spaCy keeps is never overwritten
@@ -255,17 +262,18 @@ def test_graph_ids_are_stable_per_bucket_and_outputs():
     book = GraphBook(enabled=True, plan=plan)
     last, every = ("layer_2",), ("embeddings", "layer_1", "layer_2")
     first = book.graph_id((1, 16), last)
+    assert first == FIRST_GRAPH_ID == 1  # 0 is what a run without the option replays
     assert book.graph_id((1, 16), last) == first
     assert len({first, book.graph_id((1, 16), every), book.graph_id((8, 32), last)}) == 3
     assert book.graph_id((8, 48), last) == NO_GRAPH  # past the window: no graph
     assert GraphBook(enabled=False, plan=plan).graph_id((1, 16), last) == NO_GRAPH
-    captures = [book.record_run(first) for _ in range(REGULAR_RUNS_BEFORE_CAPTURE + 2)]
-    assert captures == [False] * REGULAR_RUNS_BEFORE_CAPTURE + [True, False]
+    assert book.record_run(first) and not book.record_run(first)  # capture, then replay
     assert not book.record_run(NO_GRAPH) and book.captured == 1
-    assert book.warm_runs == REGULAR_RUNS_BEFORE_CAPTURE + 1
     options = book.run_options(ort, first)
     assert options.get_run_config_entry(GRAPH_ID_OPTION) == str(first)
-    assert book.run_options(ort, NO_GRAPH) is None
+    # With graphs on, a run without a graph must say so: no option would mean graph 0.
+    assert book.run_options(ort, NO_GRAPH).get_run_config_entry(GRAPH_ID_OPTION) == "-1"
+    assert GraphBook(enabled=False, plan=plan).run_options(ort, NO_GRAPH) is None
 
 
 def test_every_warm_bucket_gets_its_own_graph(roberta_session):
@@ -276,13 +284,15 @@ def test_every_warm_bucket_gets_its_own_graph(roberta_session):
     runner = bound_runner(spec, session, plan, graphs=True)
     last = spec.hidden_state_names[-1:]
     shapes = warm_shapes(runner, SpanSettings(window=64, stride=48, batch_size=2), spec)
-    assert len(shapes) == len(plan.warm_shapes()) * runner.graphs.warm_runs
+    assert shapes == plan.warm_shapes()
     for rows, length in shapes:
         runner.run(random_feeds(spec, rows, length, seed=rows + length), last)
     assert runner.graphs.captured == len(plan.warm_shapes()) == 4
+    assert sorted(runner.graphs.ids.values()) == [1, 2, 3, 4]
     runner.run(random_feeds(spec, 2, 50, seed=3), last)  # a replay, not a new capture
-    assert runner.graphs.captured == 4
-    assert max(runner.graphs.runs.values()) == REGULAR_RUNS_BEFORE_CAPTURE + 2
+    assert runner.graphs.captured == 4 and max(runner.graphs.runs.values()) == 2
+    past = runner.buffers((2, 96), last)  # past the window: runs, explicitly without a graph
+    assert past.run_options.get_run_config_entry(GRAPH_ID_OPTION) == str(NO_GRAPH)
 
 
 # ------------------------------------------------------------------ provider options
@@ -315,6 +325,10 @@ def test_cuda_provider_options(layout: SessionLayout):
             },
         )
     ]
+    # An fp32 model gets true fp32 products, not TF32's 10-bit mantissas.
+    fp32 = dict(execution_providers(build_config("cuda", "fp32"), layout))
+    assert fp32["CUDAExecutionProvider"]["use_tf32"] == "0"
+    assert fp32["CUDAExecutionProvider"]["enable_cuda_graph"] == "0"
 
 
 def test_tensorrt_provider_options_with_one_profile_over_every_bucket(layout: SessionLayout):
@@ -332,7 +346,6 @@ def test_tensorrt_provider_options_with_one_profile_over_every_bucket(layout: Se
                 "trt_profile_min_shapes": names.format("1x16"),
                 "trt_profile_opt_shapes": names.format("128x128"),
                 "trt_profile_max_shapes": names.format("128x512"),
-                "trt_cuda_graph_enable": "0",
                 "trt_engine_cache_enable": "1",
                 "trt_engine_cache_path": "/cache/tensorrt/h200/abc",
                 "trt_timing_cache_enable": "1",
@@ -356,31 +369,43 @@ def test_tensorrt_provider_options_with_one_profile_over_every_bucket(layout: Se
     assert not any("cache" in key for key in bare["TensorrtExecutionProvider"])
 
 
+def test_cuda_graphs_are_refused_with_tensorrt():
+    with pytest.raises(InvalidOptionError, match="single CUDA graph per session"):
+        build_config("tensorrt", "fp16", gpu=GpuOptions(cuda_graph=True))
+
+
 def test_the_cpu_provider_gets_no_gpu_options(layout: SessionLayout):
     assert execution_providers(build_config("cpu", "int8"), layout) == [
         ("CPUExecutionProvider", {})
     ]
 
 
-def test_tensorrt_engines_live_beside_the_entries_and_go_with_them(
-    tmp_path: Path, roberta_session
-):
+def test_tensorrt_engines_live_beside_the_entries_and_go_with_them(tmp_path: Path, roberta_session):
     cache = ModelCache(tmp_path)
     key = "a" * 64
     config = build_config("tensorrt", "fp16", cache_dir=tmp_path)
     spec = roberta_session[0]
     plan = BucketPlan.for_pipeline(config.gpu, spec, 32, 8)
     layout = session_layout(config, spec, plan, cache, key)
-    assert layout.engine_dir.parent.parent == tmp_path / "tensorrt"
-    assert layout.engine_dir.name == key and layout.timing_dir.name == "timing"
+    assert layout.engine_dir.parent.parent.parent == tmp_path / "tensorrt"
+    assert layout.engine_dir.parent.name == key and layout.timing_dir.name == "timing"
+    # Engines are only valid for the settings they were built with: other settings,
+    # another folder.
+    slower = GpuOptions(tensorrt=TensorRTOptions(builder_optimization_level=5))
+    other = build_config("tensorrt", "fp16", cache_dir=tmp_path, gpu=slower)
+    assert session_layout(other, spec, plan, cache, key).engine_dir != layout.engine_dir
+    fp32 = build_config("tensorrt", "fp32", cache_dir=tmp_path)
+    assert session_layout(fp32, spec, plan, cache, key).engine_dir != layout.engine_dir
+    wider = BucketPlan.for_pipeline(config.gpu, spec, 64, 8)
+    assert session_layout(config, spec, wider, cache, key).engine_dir != layout.engine_dir
+    assert session_layout(config, spec, plan, cache, key).engine_dir == layout.engine_dir
     (layout.engine_dir / "model.engine").write_bytes(b"engine")
     assert cache.entries() == []  # never mistaken for a cache entry
     assert not cache.evict(key) and not layout.engine_dir.exists()
-    (layout.engine_dir).mkdir()
+    layout.engine_dir.mkdir(parents=True)
     cache.clear()
     assert not (tmp_path / "tensorrt").exists()
     assert session_layout(build_config("cuda", "fp16"), spec, plan, cache, key).engine_dir is None
-
 
 
 # ---------------------------------------------------------------- options and gates

@@ -440,12 +440,13 @@ class ModelCache:
         self._remove_engines(None)
         return removed
 
-    def engine_dirs(self, key: str, device: str) -> tuple[Path, Path]:
-        """TensorRT's folders for entry ``key`` on ``device``: its engines, and the timing
-        cache every model on that device shares. Made on demand."""
+    def engine_dirs(self, key: str, device: str, settings: str) -> tuple[Path, Path]:
+        """TensorRT's folders for entry ``key`` on ``device``: its engines built with
+        ``settings`` (a digest), and the timing cache every model on that device shares.
+        Made on demand."""
         _validate_key(key)
         base = self.root / ENGINE_DIR / device
-        engines, timing = base / key, base / "timing"
+        engines, timing = base / key / settings, base / "timing"
         try:
             engines.mkdir(parents=True, exist_ok=True)
             timing.mkdir(parents=True, exist_ok=True)

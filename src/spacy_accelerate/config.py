@@ -204,6 +204,9 @@ def build_config(
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
     gpu_options = parse_gpu_options(gpu, device_id=device_id)
+    problem = check_gpu_options(parsed_provider, gpu_options)
+    if problem is not None:
+        raise InvalidOptionError(problem)
     return OptimizeConfig(
         provider=parsed_provider,
         precision=parsed_precision,
@@ -216,6 +219,17 @@ def build_config(
         gpu=gpu_options,
         fallback=bool(fallback),
     )
+
+
+def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:
+    """Why ``gpu`` cannot be served by ``provider``, or None."""
+    if provider is Provider.TENSORRT and gpu.cuda_graph:
+        return (
+            "cuda_graph=True is not available with provider='tensorrt': ONNX Runtime's TensorRT "
+            "provider keeps a single CUDA graph per session, which cannot serve several bucket "
+            "shapes. Use provider='cuda' with cuda_graph=True, or TensorRT without CUDA graphs."
+        )
+    return None
 
 
 def check_supported(provider: Provider, precision: Precision) -> None:

@@ -15,7 +15,7 @@ from .cache import default_cache_dir
 from .cached import cache_size, list_cached
 from .config import Precision, Provider, build_config
 from .errors import InvalidOptionError, ProviderUnavailableError
-from .providers import INSTALL_HINTS, check_provider
+from .providers import INSTALL_HINTS, check_provider, listed_providers
 
 #: Packages whose versions matter for a report.
 PACKAGES = (
@@ -95,7 +95,9 @@ def _driver() -> str | None:
 def _provider_status(provider: Provider) -> ProviderStatus:
     try:
         check_provider(build_config(provider, Precision.FP32))
-    except ProviderUnavailableError:
+    except ProviderUnavailableError as error:
+        if provider in listed_providers():  # installed, but it cannot run here
+            return ProviderStatus(provider, False, f"unusable: {error}")
         return ProviderStatus(provider, False, f"missing: {INSTALL_HINTS[provider]}")
     except InvalidOptionError:
         return ProviderStatus(provider, True, "installed; not served by this release yet")

@@ -5,13 +5,15 @@ model here, is an error: a user who asked for TensorRT should not silently
 get the CPU. With ``fallback=True`` the request walks TensorRT -> CUDA ->
 CPU, logging a warning at each step with the reason; a precision the next
 provider does not serve (fp16 on the CPU) becomes fp32. Accuracy failures
-never fall back: they are not the provider's fault.
+never fall back: they are not the provider's fault. With ``cuda_graph=True``
+the CUDA provider is tried again without graphs before the CPU.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from .config import OptimizeConfig, Provider
@@ -39,7 +41,14 @@ def fallback_chain(config: OptimizeConfig) -> list[OptimizeConfig]:
     first = config.provider
     if first is Provider.AUTO:
         first = check_provider(config).provider
-    return [config.served_by(provider) for provider in FALLBACK_ORDER[first]]
+    chain: list[OptimizeConfig] = []
+    for provider in FALLBACK_ORDER[first]:
+        attempt = config.served_by(provider)
+        chain.append(attempt)
+        if attempt.gpu.cuda_graph and provider is Provider.CUDA:
+            # A graph ONNX Runtime cannot capture is no reason to leave the GPU.
+            chain.append(replace(attempt, gpu=replace(attempt.gpu, cuda_graph=False)))
+    return chain
 
 
 def serve_first(chain: Sequence[OptimizeConfig], serve: Callable[[OptimizeConfig], T]) -> T:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,7 @@ class _Bound:
     outputs: dict[str, torch.Tensor]
     binding: Any
     graph_id: int
+    run_options: Any
 
 
 class BoundRunner:
@@ -97,47 +99,57 @@ class BoundRunner:
         self._inputs = _ports(session.get_inputs(), outputs=False)
         self._outputs = _ports(session.get_outputs(), outputs=True)
         self._arena: dict[str, torch.Tensor] = {}
-        self._bound: dict[tuple[tuple[int, int], tuple[str, ...]], _Bound] = {}
+        self._bound: dict[tuple[tuple[int, int], tuple[str, ...], bool], _Bound] = {}
         self._lock = threading.Lock()
 
     @property
     def ort_device(self) -> tuple[str, int]:
         return self.device.type, self.device.index or 0
 
-    def run(self, feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> list[torch.Tensor]:
-        """The outputs ``names`` for ``feeds`` (int64 ``(batch, length)`` tensors)."""
+    def run(
+        self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
+    ) -> list[torch.Tensor]:
+        """The outputs ``names`` for ``feeds`` (int64 ``(batch, length)`` tensors).
+
+        ``graphs=False`` for one-off runs (the parity gate): they must not capture a
+        CUDA graph that the pipeline would never replay.
+        """
         wanted = tuple(names)
         rows = feeds["input_ids"].shape[0]
         with self._lock:
             parts = [
-                self._run_bucket({name: feeds[name][rows_] for name in self._inputs}, wanted)
+                self._run_bucket(
+                    {name: feeds[name][rows_] for name in self._inputs}, wanted, graphs
+                )
                 for rows_ in self.plan.chunks(rows)
             ]
         if len(parts) == 1:
             return parts[0]
         return [torch.cat(list(chunks), dim=0) for chunks in zip(*parts, strict=True)]
 
-    def buffers(self, shape: tuple[int, int], names: Sequence[str]) -> _Bound:
+    def buffers(self, shape: tuple[int, int], names: Sequence[str], graphs: bool = True) -> _Bound:
         """The bound buffers of a bucket (made on first use)."""
-        key = (shape, tuple(names))
+        key = (shape, tuple(names), graphs)
         bound = self._bound.get(key)
         if bound is None:
-            bound = self._bind(shape, tuple(names))
+            bound = self._bind(shape, tuple(names), graphs)
             if self.plan.in_window(shape):
                 self._bound[key] = bound  # shapes past the window are not kept
         return bound
 
-    def _run_bucket(self, feeds: Mapping[str, torch.Tensor], names: tuple[str, ...]):
+    def _run_bucket(
+        self, feeds: Mapping[str, torch.Tensor], names: tuple[str, ...], graphs: bool
+    ) -> list[torch.Tensor]:
         rows, length = feeds["input_ids"].shape
-        bound = self.buffers(self.plan.shape_for(rows, length), names)
+        bound = self.buffers(self.plan.shape_for(rows, length), names, graphs)
         for name, buffer in bound.inputs.items():
             pad_into(buffer, feeds[name].to(self.device, torch.int64), self._fill[name])
-        if self.device.type == "cuda":
-            # The copies above ran on torch's stream; ONNX Runtime reads on its own.
-            torch.cuda.current_stream(self.device).synchronize()
+        # Padding rows see one piece: a row with no piece at all is a softmax over
+        # nothing, NaN in fp16. Those rows are cut off either way.
+        bound.inputs["attention_mask"][rows:, 0] = 1
         self.graphs.record_run(bound.graph_id)
-        run_options = self.graphs.run_options(self._ort, bound.graph_id)
-        self.session.run_with_iobinding(bound.binding, run_options)
+        with _on_device(self.device):
+            self.session.run_with_iobinding(bound.binding, bound.run_options)
         return [unpad(bound.outputs[name], rows, length) for name in names]
 
     def _view(self, port: _Port, shape: tuple[int, ...], *, in_window: bool) -> torch.Tensor:
@@ -151,7 +163,7 @@ class BoundRunner:
             self._arena[port.name] = arena
         return arena[:count].view(shape)
 
-    def _bind(self, shape: tuple[int, int], names: tuple[str, ...]) -> _Bound:
+    def _bind(self, shape: tuple[int, int], names: tuple[str, ...], graphs: bool) -> _Bound:
         in_window = self.plan.in_window(shape)
         device_type, device_id = self.ort_device
         binding = self.session.io_binding()
@@ -169,5 +181,20 @@ class BoundRunner:
                 name, device_type, device_id, port.numpy_dtype, tuple(view.shape), view.data_ptr()
             )
             outputs[name] = view
-        graph_id = self.graphs.graph_id(shape, names) if in_window else NO_GRAPH
-        return _Bound(inputs, outputs, binding, graph_id)
+        graph_id = self.graphs.graph_id(shape, names) if in_window and graphs else NO_GRAPH
+        run_options = self.graphs.run_options(self._ort, graph_id)
+        return _Bound(inputs, outputs, binding, graph_id, run_options)
+
+
+@contextmanager
+def _on_device(device: torch.device) -> Iterator[None]:
+    """Around a run on a GPU: wait for torch's copies into the input buffers (they ran
+    on torch's stream, ONNX Runtime reads on its own), and give the thread's current
+    device back afterwards (ONNX Runtime sets it to the session's and leaves it so,
+    which would move the caller's later work to that GPU)."""
+    if device.type != "cuda":
+        yield
+        return
+    torch.cuda.current_stream(device).synchronize()
+    with torch.cuda.device(device):
+        yield

@@ -50,8 +50,9 @@ def cuda_options(config: OptimizeConfig, layout: SessionLayout, *, graphs: bool)
         "device_id": str(config.gpu.device_id),
         # Copies between host and device on the compute stream: no cross-stream races.
         "do_copy_in_default_stream": "1",
-        # fp32 matrix products on TF32 tensor cores; the fp32 gate allows for it.
-        "use_tf32": "1",
+        # TF32 tensor cores round fp32 products to a 10-bit mantissa: fine inside an
+        # fp16 model, but an fp32 model is asked for true fp32.
+        "use_tf32": _flag(config.precision is not Precision.FP32),
         "enable_cuda_graph": _flag(graphs),
     }
 
@@ -61,20 +62,29 @@ def cuda_entries(config: OptimizeConfig, layout: SessionLayout) -> list[Provider
     return [(ORT_PROVIDER_NAMES[Provider.CUDA], options)]
 
 
-def tensorrt_options(config: OptimizeConfig, layout: SessionLayout) -> dict[str, str]:
-    """TensorRT's options: one optimization profile over every bucket, cached engines."""
+def engine_settings(
+    config: OptimizeConfig, input_names: tuple[str, ...], buckets: BucketPlan
+) -> dict[str, str]:
+    """What a TensorRT engine is built for: precision, builder and one optimization
+    profile spanning every bucket (so that no new shape rebuilds it)."""
     trt = config.gpu.tensorrt
-    low, opt, high = layout.buckets.profile_shapes()
-    names = layout.input_names
-    options = {
-        "device_id": str(config.gpu.device_id),
+    low, opt, high = buckets.profile_shapes()
+    return {
         "trt_fp16_enable": _flag(config.precision is Precision.FP16),
         "trt_max_workspace_size": str(trt.max_workspace_size),
         "trt_builder_optimization_level": str(trt.builder_optimization_level),
-        "trt_profile_min_shapes": _shapes(names, low),
-        "trt_profile_opt_shapes": _shapes(names, opt),
-        "trt_profile_max_shapes": _shapes(names, high),
-        "trt_cuda_graph_enable": _flag(config.gpu.cuda_graph),
+        "trt_profile_min_shapes": _shapes(input_names, low),
+        "trt_profile_opt_shapes": _shapes(input_names, opt),
+        "trt_profile_max_shapes": _shapes(input_names, high),
+    }
+
+
+def tensorrt_options(config: OptimizeConfig, layout: SessionLayout) -> dict[str, str]:
+    """TensorRT's options: the engine's settings, and where its engines are cached."""
+    trt = config.gpu.tensorrt
+    options = {
+        "device_id": str(config.gpu.device_id),
+        **engine_settings(config, layout.input_names, layout.buckets),
     }
     if trt.engine_cache and layout.engine_dir is not None:
         options["trt_engine_cache_enable"] = "1"

@@ -11,7 +11,15 @@ import importlib
 from dataclasses import dataclass
 from types import ModuleType
 
-from .config import SUPPORTED_COMBINATIONS, OptimizeConfig, Precision, Provider, check_supported
+from .config import (
+    GPU_PROVIDERS,
+    SUPPORTED_COMBINATIONS,
+    OptimizeConfig,
+    Precision,
+    Provider,
+    check_gpu_options,
+    check_supported,
+)
 from .errors import ProviderUnavailableError
 
 #: ONNX Runtime's name for each provider's execution provider.
@@ -59,10 +67,29 @@ def import_onnxruntime() -> ModuleType:
         ) from error
 
 
-def available_providers() -> set[Provider]:
-    """The providers whose ONNX Runtime execution provider is present."""
+def torch_cuda_problem() -> str | None:
+    """Why torch cannot hold CUDA tensors here, or None. The GPU providers exchange
+    torch CUDA tensors with spaCy, so they need a CUDA build of torch and a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    return f"torch {torch.__version__} sees no CUDA device (check nvidia-smi, CUDA_VISIBLE_DEVICES)"
+
+
+def listed_providers() -> set[Provider]:
+    """The providers whose ONNX Runtime execution provider is present in this build."""
     present = set(import_onnxruntime().get_available_providers())
     return {provider for provider, name in ORT_PROVIDER_NAMES.items() if name in present}
+
+
+def available_providers() -> set[Provider]:
+    """The providers that can run here: present in ONNX Runtime and, for the GPU ones,
+    with a torch that can use the GPU."""
+    found = listed_providers()
+    return found - GPU_PROVIDERS if torch_cuda_problem() else found
 
 
 def check_provider(config: OptimizeConfig) -> ResolvedProvider:
@@ -71,7 +98,11 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
     provider = config.provider
     if provider is Provider.AUTO:
         served = {p for p, q in SUPPORTED_COMBINATIONS if q is config.precision}
-        candidates = [p for p in AUTO_ORDER if p in installed and p in served]
+        candidates = [
+            p
+            for p in AUTO_ORDER
+            if p in installed and p in served and check_gpu_options(p, config.gpu) is None
+        ]
         if not candidates:
             check_supported(Provider.CPU, config.precision)
             raise ProviderUnavailableError(
@@ -79,6 +110,12 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
                 f"{INSTALL_HINTS[Provider.CPU]}"
             )
         provider = candidates[0]
+    if provider in GPU_PROVIDERS and provider in listed_providers() and provider not in installed:
+        raise ProviderUnavailableError(
+            f"provider={provider.value!r} runs on torch CUDA tensors, but {torch_cuda_problem()}. "
+            "Install a CUDA build of torch (https://pytorch.org/get-started/locally/) on a machine "
+            "with an NVIDIA GPU, or pass fallback=True to optimize()."
+        )
     if provider not in installed:
         raise ProviderUnavailableError(
             f"provider={provider.value!r} needs ONNX Runtime's {ORT_PROVIDER_NAMES[provider]}, "

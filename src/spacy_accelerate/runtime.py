@@ -27,7 +27,7 @@ import torch
 from .config import OptimizeConfig, Provider
 from .cuda_graphs import GraphBook
 from .encoder_inputs import EncoderInputs
-from .errors import EngineBuildError
+from .errors import EngineBuildError, SpacyAccelerateError
 from .io_binding import BoundRunner
 from .provider_options import SessionLayout, execution_providers
 from .providers import ORT_PROVIDER_NAMES, ResolvedProvider, import_onnxruntime
@@ -46,7 +46,9 @@ class HostRunner:
         self.session = session
         self.input_names = tuple(i.name for i in session.get_inputs())
 
-    def run(self, feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> list[torch.Tensor]:
+    def run(
+        self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
+    ) -> list[torch.Tensor]:
         arrays = {
             name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False)
             for name in self.input_names
@@ -56,18 +58,15 @@ class HostRunner:
 
 def _ort_failure_types(ort: Any) -> tuple[type[BaseException], ...]:
     # ONNX Runtime's errors (Fail, EPFail, RuntimeException, ...) come from its
-    # pybind module; their common base there is plain Exception.
+    # pybind module, deriving from plain Exception; run_with_iobinding reports
+    # failures as RuntimeError instead.
     module = getattr(getattr(ort, "capi", None), "onnxruntime_pybind11_state", None)
-    found = (
-        [
-            value
-            for value in vars(module).values()
-            if isinstance(value, type) and issubclass(value, Exception)
-        ]
-        if module is not None
-        else []
-    )
-    return tuple(found) or (RuntimeError,)
+    found = [
+        value
+        for value in (vars(module).values() if module is not None else ())
+        if isinstance(value, type) and issubclass(value, Exception)
+    ]
+    return (*found, RuntimeError)
 
 
 @contextmanager
@@ -78,6 +77,8 @@ def engine_failures(provider: Provider, what: str, ort: Any) -> Iterator[None]:
         return
     try:
         yield
+    except SpacyAccelerateError:
+        raise
     except _ort_failure_types(ort) as error:
         raise EngineBuildError(
             f"ONNX Runtime's {ORT_PROVIDER_NAMES[provider]} failed to {what}: {error}. Check "
@@ -121,14 +122,16 @@ class EncoderSession:
         """The requested outputs as host arrays, run the way the proxy runs (buckets and
         all on a GPU), so that the parity gate checks what will be served."""
         feeds = {name: torch.from_numpy(a) for name, a in inputs.feeds(self.input_names).items()}
-        return [tensor.cpu().numpy() for tensor in self.run_tensors(feeds, outputs)]
+        tensors = self.run_tensors(feeds, outputs, graphs=False)
+        return [tensor.cpu().numpy() for tensor in tensors]
 
     def run_tensors(
-        self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str]
+        self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str], *, graphs: bool = True
     ) -> list[torch.Tensor]:
-        """The requested outputs as torch tensors, on the session's device."""
+        """The requested outputs as torch tensors, on the session's device (``graphs``:
+        whether this run may capture or replay a CUDA graph)."""
         with engine_failures(self.provider.provider, "run the model", self._ort):
-            return self.runner.run(feeds, outputs)
+            return self.runner.run(feeds, outputs, graphs=graphs)
 
 
 def check_active(session: Any, provider: Provider) -> None:

@@ -1,25 +1,43 @@
 """Where and how a session over a cached model is opened.
 
 TensorRT's engines and timing cache are derived data: rebuilt from the
-cached ONNX file when missing, only valid on the GPU model and TensorRT
-build that made them. They live beside the cache entries, under
-``<cache_dir>/tensorrt/<gpu>-<onnxruntime>/``, never inside an entry (whose
-files are checksummed and immutable), and go when the entry is evicted or
-the cache cleared. Building an engine takes the entry's engine lock, so two
-processes starting together build it once.
+cached ONNX file when missing, only valid on the GPU model, TensorRT build
+and builder settings that made them. They live beside the cache entries,
+under ``<cache_dir>/tensorrt/<gpu>-<onnxruntime>/<key>/<settings>/`` (the
+settings folder is a hash of precision, workspace, builder level, profile
+shapes and the TensorRT version), never inside an entry (whose files are
+checksummed and immutable), and go when the entry is evicted or the cache
+cleared. Building an engine takes its folder's lock, so two processes
+starting together build it once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import json
 from pathlib import Path
 
 from .architectures.spec import EncoderSpec
 from .buckets import BucketPlan
 from .cache import ModelCache
 from .config import OptimizeConfig, Provider
-from .provider_options import SessionLayout, device_slug
+from .provider_options import SessionLayout, device_slug, engine_settings
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
+
+#: Distributions that ship TensorRT's libraries, in order of preference.
+TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "tensorrt-libs")
+
+
+def tensorrt_version() -> str:
+    """The installed TensorRT's version (engines of another version cannot be loaded)."""
+    for name in TENSORRT_DISTRIBUTIONS:
+        try:
+            return f"{name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def session_layout(
@@ -28,7 +46,11 @@ def session_layout(
     """The layout of the session over entry ``key`` for ``config``'s provider."""
     engine_dir = timing_dir = None
     if config.provider is Provider.TENSORRT:
-        engine_dir, timing_dir = cache.engine_dirs(key, device_slug(config.gpu.device_id))
+        settings = engine_settings(config, spec.input_names, buckets)
+        settings["tensorrt"] = tensorrt_version()
+        digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+        device = device_slug(config.gpu.device_id)
+        engine_dir, timing_dir = cache.engine_dirs(key, device, digest[:16])
     return SessionLayout(
         input_names=spec.input_names,
         padding_idx=spec.padding_idx,

@@ -32,8 +32,8 @@ def _(runner: HostRunner, spans: SpanSettings, spec: EncoderSpec) -> list:
 
 @warm_shapes.register
 def _(runner: BoundRunner, spans: SpanSettings, spec: EncoderSpec) -> list:
-    # With CUDA graphs each bucket runs until its graph is captured.
-    return [shape for shape in runner.plan.warm_shapes() for _ in range(runner.graphs.warm_runs)]
+    # With CUDA graphs, each bucket's first run captures its graph.
+    return runner.plan.warm_shapes()
 
 
 def warm_up(proxy: AcceleratedModule, spans: SpanSettings, all_layers: bool) -> None:
