@@ -88,7 +88,14 @@ def test_optimize_builds_the_cache_then_hits_it(bert_path: Path, cache_dir: Path
     assert spacy_accelerate.is_optimized(spacy.load(saved))
 
 
-def test_optimize_falls_back_only_when_asked(bert_path: Path, cache_dir: Path):
+def test_optimize_falls_back_only_when_asked(
+    bert_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import onnxruntime
+    import torch
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = ["optimize", str(bert_path), "--provider", "tensorrt", "--precision", "fp16"]
     refused = invoke(*args, "--cache-dir", str(cache_dir))
     assert_one_line_error(refused, "spacy-accelerate[tensorrt]")

@@ -6,13 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
 
 
 def test_gpu_check_lists_what_is_missing_and_exits_non_zero(tmp_path: Path):
-    assert not torch.cuda.is_available()  # this test describes a machine without a GPU
+    if torch.cuda.is_available():
+        pytest.skip("describes a machine without a GPU; on a GPU the script runs the check")
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--output-dir", str(tmp_path)],
         capture_output=True,

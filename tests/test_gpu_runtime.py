@@ -401,11 +401,37 @@ def test_tensorrt_engines_live_beside_the_entries_and_go_with_them(tmp_path: Pat
     assert session_layout(config, spec, plan, cache, key).engine_dir == layout.engine_dir
     (layout.engine_dir / "model.engine").write_bytes(b"engine")
     assert cache.entries() == []  # never mistaken for a cache entry
+    # The engine lock lives with the other locks, so removing engines never removes it.
+    with cache.engine_lock(layout.engine_dir):
+        locks = list((tmp_path / ".locks").glob("tensorrt-*.lock"))
     assert not cache.evict(key) and not layout.engine_dir.exists()
+    assert locks and all(lock.exists() for lock in locks)
     layout.engine_dir.mkdir(parents=True)
+    mine = tmp_path / "tensorrt" / "my-notes"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("not the cache's")
     cache.clear()
-    assert not (tmp_path / "tensorrt").exists()
+    assert not layout.engine_dir.exists() and not layout.timing_dir.exists()
+    assert (mine / "keep.txt").exists()  # clear() removes what it made, nothing else
     assert session_layout(build_config("cuda", "fp16"), spec, plan, cache, key).engine_dir is None
+
+
+def test_tensorrt_without_caches_or_a_writable_cache_still_runs(
+    tmp_path: Path, roberta_session, caplog: pytest.LogCaptureFixture
+):
+    spec, key = roberta_session[0], "b" * 64
+    off = GpuOptions(tensorrt=TensorRTOptions(engine_cache=False, timing_cache=False))
+    config = build_config("tensorrt", "fp16", cache_dir=tmp_path, gpu=off)
+    plan = BucketPlan.for_pipeline(config.gpu, spec, 32, 8)
+    layout = session_layout(config, spec, plan, ModelCache(tmp_path), key)
+    assert layout.engine_dir is None and layout.timing_dir is None
+    assert not (tmp_path / "tensorrt").exists()
+    (tmp_path / "file").write_text("a file where the cache should be")
+    unwritable = ModelCache(tmp_path / "file")
+    trt = build_config("tensorrt", "fp16")
+    with caplog.at_level("WARNING", logger="spacy_accelerate"):
+        layout = session_layout(trt, spec, plan, unwritable, key)
+    assert layout.engine_dir is None and "will not be cached" in caplog.text
 
 
 # ---------------------------------------------------------------- options and gates
@@ -413,7 +439,7 @@ def test_tensorrt_engines_live_beside_the_entries_and_go_with_them(tmp_path: Pat
 
 def test_default_gates_follow_provider_and_precision():
     assert build_config("cpu", "fp32").gate() == Gate(max_abs_diff=1e-4)
-    assert build_config("cuda", "fp32").gate() == Gate(max_abs_diff=1e-3)  # TF32
+    assert build_config("cuda", "fp32").gate() == Gate(max_abs_diff=1e-3)  # GPU kernels
     assert build_config("tensorrt", "fp16").gate() == Gate(min_cosine=0.999)
     assert build_config("cpu", "int8").gate() == Gate(min_cosine=0.99)
     assert build_config("cuda", "fp16", min_cosine=0.9995).gate() == Gate(min_cosine=0.9995)
@@ -435,6 +461,9 @@ def test_default_gates_follow_provider_and_precision():
         ({"tensorrt": {"workspace": 1}}, r"Unknown TensorRT option\(s\) \['workspace'\]"),
         ({"tensorrt": {"max_workspace_size": -1}}, "positive number of bytes"),
         ("fast", "gpu must be a spacy_accelerate.GpuOptions"),
+        ({"cuda_graph": "false"}, "cuda_graph must be True or False"),
+        ({"tensorrt": {"engine_cache": 0}}, "engine_cache must be True or False"),
+        ({"tensorrt": 5}, "tensorrt must be a spacy_accelerate.TensorRTOptions"),
     ],
 )
 def test_bad_gpu_options_are_refused(gpu, message: str):
@@ -447,7 +476,7 @@ def test_bad_device_id_is_refused():
         build_config("cuda", "fp16", device_id=-1)
 
 
-def test_gpu_options_survive_a_saved_config():
+def test_gpu_options_round_trip_as_plain_values():
     options = GpuOptions(
         cuda_graph=True, batch_buckets=(8, 1, 8), tensorrt=TensorRTOptions(3, 1024)
     )
@@ -456,6 +485,14 @@ def test_gpu_options_survive_a_saved_config():
     assert again == GpuOptions(
         device_id=2, cuda_graph=True, batch_buckets=(1, 8), tensorrt=TensorRTOptions(3, 1024)
     )
+
+
+def test_the_top_level_device_id_wins_when_given():
+    on_three = GpuOptions(device_id=3)
+    assert build_config("cuda", "fp16", gpu=on_three).gpu.device_id == 3
+    assert build_config("cuda", "fp16", gpu=on_three, device_id=0).gpu.device_id == 0
+    assert build_config("cuda", "fp16", gpu={"device_id": 3}, device_id=1).gpu.device_id == 1
+    assert build_config("cuda", "fp16").gpu.device_id == 0
 
 
 def test_fp16_parity_uses_the_real_pytorch_outputs(fp16_model):

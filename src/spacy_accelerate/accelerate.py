@@ -36,7 +36,7 @@ def optimize(
     tolerance: float | None = None,
     min_cosine: float | None = None,
     threads: int | None = None,
-    device_id: int = 0,
+    device_id: int | None = None,
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
 ) -> Language:

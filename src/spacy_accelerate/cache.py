@@ -437,36 +437,69 @@ class ModelCache:
             removed += self.evict(key)
         for path in orphans:
             _remove_path(path)
-        self._remove_engines(None)
+        self._clear_engines()
         return removed
 
-    def engine_dirs(self, key: str, device: str, settings: str) -> tuple[Path, Path]:
-        """TensorRT's folders for entry ``key`` on ``device``: its engines built with
-        ``settings`` (a digest), and the timing cache every model on that device shares.
-        Made on demand."""
+    def engine_dir(self, key: str, device: str, settings: str) -> Path:
+        """TensorRT's engine folder for entry ``key`` on ``device``, built with ``settings``
+        (a digest). Made on demand."""
         _validate_key(key)
-        base = self.root / ENGINE_DIR / device
-        engines, timing = base / key / settings, base / "timing"
-        try:
-            engines.mkdir(parents=True, exist_ok=True)
-            timing.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise _unwritable(self.root, err) from err
-        return engines, timing
+        return self._made(self.root / ENGINE_DIR / device / key / settings)
+
+    def timing_dir(self, device: str) -> Path:
+        """TensorRT's timing cache for ``device``, shared by every model. Made on demand."""
+        return self._made(self.root / ENGINE_DIR / device / "timing")
 
     def engine_lock(self, engine_dir: Path) -> _KeyLock:
-        """The lock held while an engine in ``engine_dir`` is built or loaded."""
-        lock_file = engine_dir.with_name(f"{engine_dir.name}.lock")
-        return _KeyLock(lock_file, self.lock_timeout, self.root)
+        """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
 
-    def _remove_engines(self, key: str | None) -> None:
-        """Remove the engines of ``key`` on every device (of every key when None)."""
+        Lock files live under ``.locks`` with the others and are never deleted: removing
+        a lock file another process waits on would hand out the same lock twice.
+        """
+        device, key, settings = engine_dir.parts[-3:]
+        name = f"{ENGINE_DIR}-{device}-{key}-{settings}.lock"
+        return _KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
+
+    def _made(self, folder: Path) -> Path:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _unwritable(self.root, err) from err
+        return folder
+
+    def _device_dirs(self) -> list[Path]:
         base = self.root / ENGINE_DIR
-        if key is None:
-            _remove_path(base)
-            return
-        for device in base.glob("*") if base.is_dir() else ():
-            _remove_path(device / key)
+        try:
+            return sorted(path for path in base.iterdir() if path.is_dir())
+        except OSError:
+            return []
+
+    def _remove_engines(self, key: str) -> None:
+        """Remove the engines of ``key`` on every device, each under its lock."""
+        for device in self._device_dirs():
+            folder = device / key
+            if not folder.is_dir():
+                continue
+            for engines in sorted(folder.iterdir()):
+                with self.engine_lock(engines):
+                    _remove_path(engines)
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # an engine appeared meanwhile: it stays, with its entry's next build
+
+    def _clear_engines(self) -> None:
+        """Remove the engines of every key, and the timing caches; nothing else."""
+        for device in self._device_dirs():
+            for child in sorted(device.iterdir()):
+                if _KEY_PATTERN.fullmatch(child.name):
+                    self._remove_engines(child.name)
+            _remove_path(device / "timing")
+            for folder in (device, device.parent):
+                try:
+                    folder.rmdir()  # only when nothing else is left in it
+                except OSError:
+                    pass
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included."""

@@ -6,7 +6,10 @@ get the CPU. With ``fallback=True`` the request walks TensorRT -> CUDA ->
 CPU, logging a warning at each step with the reason; a precision the next
 provider does not serve (fp16 on the CPU) becomes fp32. Accuracy failures
 never fall back: they are not the provider's fault. With ``cuda_graph=True``
-the CUDA provider is tried again without graphs before the CPU.
+the CUDA provider is tried again without graphs before the CPU. ``auto``
+walks its candidates the same way even without ``fallback``: a provider
+ONNX Runtime lists but cannot start (onnxruntime-gpu lists TensorRT whether
+or not TensorRT's libraries are there) must not make ``auto`` fail.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from .config import OptimizeConfig, Provider
+from .config import SUPPORTED_COMBINATIONS, OptimizeConfig, Provider, check_supported
 from .errors import ProviderUnavailableError
-from .providers import check_provider
+from .providers import auto_candidates
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -34,20 +37,42 @@ T = TypeVar("T")
 
 
 def fallback_chain(config: OptimizeConfig) -> list[OptimizeConfig]:
-    """The requests to try in order: ``config`` alone, or with ``fallback`` the chain
-    from its provider (``auto`` resolved first) down to the CPU."""
-    if not config.fallback:
-        return [config]
-    first = config.provider
-    if first is Provider.AUTO:
-        first = check_provider(config).provider
+    """The requests to try in order.
+
+    An explicit provider: that request alone, or with ``fallback`` the providers after
+    it down to the CPU (skipping those that cannot serve the precision; the CPU serves
+    fp16 requests as fp32). ``auto``: every usable provider that serves the precision,
+    fastest first (a provider ONNX Runtime lists but cannot start is no reason to
+    fail), and with ``fallback`` the CPU last, at fp32 if need be. Wherever a CUDA
+    graph is asked for and there is a next step, the CUDA provider is tried again
+    without graphs first.
+    """
+    if config.provider is Provider.AUTO:
+        providers = auto_candidates(config)
+        if config.fallback and Provider.CPU not in providers:
+            providers.append(Provider.CPU)
+        steps = [config.served_by(provider) for provider in providers] or [config]
+    else:
+        # The request itself must be valid: fallback never turns a pair this release
+        # does not serve (cpu fp16, cuda int8) into another.
+        check_supported(config.provider, config.precision)
+        if not config.fallback:
+            return [config]
+        steps = [config] + [
+            config.served_by(provider)
+            for provider in FALLBACK_ORDER[config.provider][1:]
+            if provider is Provider.CPU or (provider, config.precision) in SUPPORTED_COMBINATIONS
+        ]
+    return _retry_without_graphs(steps)
+
+
+def _retry_without_graphs(steps: list[OptimizeConfig]) -> list[OptimizeConfig]:
+    # A graph ONNX Runtime cannot capture is no reason to leave the GPU.
     chain: list[OptimizeConfig] = []
-    for provider in FALLBACK_ORDER[first]:
-        attempt = config.served_by(provider)
-        chain.append(attempt)
-        if attempt.gpu.cuda_graph and provider is Provider.CUDA:
-            # A graph ONNX Runtime cannot capture is no reason to leave the GPU.
-            chain.append(replace(attempt, gpu=replace(attempt.gpu, cuda_graph=False)))
+    for step in steps:
+        chain.append(step)
+        if step.gpu.cuda_graph and step.provider is Provider.CUDA and len(steps) > 1:
+            chain.append(replace(step, gpu=replace(step.gpu, cuda_graph=False)))
     return chain
 
 

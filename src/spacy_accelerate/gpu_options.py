@@ -23,6 +23,18 @@ DEFAULT_TRT_WORKSPACE_BYTES = 4 * 1024**3
 DEFAULT_SEQUENCE_MULTIPLE = 16
 
 
+def _check_flag(name: str, value: Any) -> None:
+    # "false" would be truthy: a flag must be a real boolean.
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{name} must be True or False, got {value!r}.")
+
+
+def _positive_int(value: Any, *, allow_zero: bool = False) -> bool:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    return value >= 0 if allow_zero else value > 0
+
+
 @dataclass(frozen=True)
 class TensorRTOptions:
     """How TensorRT builds its engines.
@@ -39,6 +51,8 @@ class TensorRTOptions:
     timing_cache: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("engine_cache", "timing_cache"):
+            _check_flag(f"tensorrt {name}", getattr(self, name))
         level = self.builder_optimization_level
         if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level <= 5:
             raise InvalidOptionError(
@@ -73,6 +87,12 @@ class GpuOptions:
     tensorrt: TensorRTOptions = TensorRTOptions()
 
     def __post_init__(self) -> None:
+        _check_flag("cuda_graph", self.cuda_graph)
+        if not isinstance(self.tensorrt, TensorRTOptions):
+            raise InvalidOptionError(
+                f"tensorrt must be a spacy_accelerate.TensorRTOptions or a dict of its fields, "
+                f"got {self.tensorrt!r}."
+            )
         if not _positive_int(self.device_id, allow_zero=True):
             raise InvalidOptionError(
                 f"device_id must be a CUDA device index (0, 1, ...), got {self.device_id!r}."
@@ -101,21 +121,16 @@ class GpuOptions:
         }
 
 
-def _positive_int(value: Any, *, allow_zero: bool = False) -> bool:
-    if not isinstance(value, int) or isinstance(value, bool):
-        return False
-    return value >= 0 if allow_zero else value > 0
-
-
 def parse_gpu_options(
-    value: GpuOptions | Mapping[str, Any] | None, *, device_id: int = 0
+    value: GpuOptions | Mapping[str, Any] | None, *, device_id: int | None = None
 ) -> GpuOptions:
     """Accept a :class:`GpuOptions`, a mapping of its fields (as a saved config holds
-    them) or None; ``device_id`` is the top-level ``optimize()`` option."""
+    them) or None. ``device_id`` is the top-level ``optimize()`` option: when given, it
+    is the device, whatever ``value`` says."""
     if value is None:
-        return GpuOptions(device_id=device_id)
+        return GpuOptions() if device_id is None else GpuOptions(device_id=device_id)
     if isinstance(value, GpuOptions):
-        return value if device_id == 0 else replace(value, device_id=device_id)
+        return value if device_id is None else replace(value, device_id=device_id)
     if not isinstance(value, Mapping):
         raise InvalidOptionError(
             f"gpu must be a spacy_accelerate.GpuOptions or a dict of its fields, got "
@@ -141,5 +156,6 @@ def parse_gpu_options(
         options["tensorrt"] = tensorrt
     if options.get("batch_buckets") is not None:
         options["batch_buckets"] = tuple(options["batch_buckets"])
-    options.setdefault("device_id", device_id)
+    if device_id is not None:
+        options["device_id"] = device_id
     return GpuOptions(**options)

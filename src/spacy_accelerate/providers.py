@@ -92,17 +92,25 @@ def available_providers() -> set[Provider]:
     return found - GPU_PROVIDERS if torch_cuda_problem() else found
 
 
+def auto_candidates(config: OptimizeConfig) -> list[Provider]:
+    """What ``auto`` may serve ``config`` with, fastest first: installed, usable here,
+    serving the precision and the GPU options asked for."""
+    installed = available_providers()
+    return [
+        provider
+        for provider in AUTO_ORDER
+        if provider in installed
+        and (provider, config.precision) in SUPPORTED_COMBINATIONS
+        and check_gpu_options(provider, config.gpu) is None
+    ]
+
+
 def check_provider(config: OptimizeConfig) -> ResolvedProvider:
     """Resolve ``auto``, then make sure the provider is installed and served."""
     installed = available_providers()
     provider = config.provider
     if provider is Provider.AUTO:
-        served = {p for p, q in SUPPORTED_COMBINATIONS if q is config.precision}
-        candidates = [
-            p
-            for p in AUTO_ORDER
-            if p in installed and p in served and check_gpu_options(p, config.gpu) is None
-        ]
+        candidates = auto_candidates(config)
         if not candidates:
             check_supported(Provider.CPU, config.precision)
             raise ProviderUnavailableError(

@@ -14,14 +14,17 @@ starting together build it once.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 import json
+import logging
 from pathlib import Path
 
 from .architectures.spec import EncoderSpec
 from .buckets import BucketPlan
 from .cache import ModelCache
 from .config import OptimizeConfig, Provider
+from .errors import CacheError
 from .provider_options import SessionLayout, device_slug, engine_settings
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
@@ -30,14 +33,21 @@ from .runtime import EncoderSession
 TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "tensorrt-libs")
 
 
+logger = logging.getLogger("spacy_accelerate")
+
+
 def tensorrt_version() -> str:
-    """The installed TensorRT's version (engines of another version cannot be loaded)."""
+    """The installed TensorRT's version (engines of another version cannot be loaded):
+    from pip's metadata, else from the module of a system-wide install."""
     for name in TENSORRT_DISTRIBUTIONS:
         try:
             return f"{name} {importlib.metadata.version(name)}"
         except importlib.metadata.PackageNotFoundError:
             continue
-    return "unknown"
+    try:
+        return f"tensorrt {importlib.import_module('tensorrt').__version__}"
+    except Exception:  # not importable (or broken): engines are then keyed as unknown
+        return "unknown"
 
 
 def session_layout(
@@ -45,12 +55,19 @@ def session_layout(
 ) -> SessionLayout:
     """The layout of the session over entry ``key`` for ``config``'s provider."""
     engine_dir = timing_dir = None
-    if config.provider is Provider.TENSORRT:
+    trt = config.gpu.tensorrt
+    if config.provider is Provider.TENSORRT and (trt.engine_cache or trt.timing_cache):
         settings = engine_settings(config, spec.input_names, buckets)
         settings["tensorrt"] = tensorrt_version()
         digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
         device = device_slug(config.gpu.device_id)
-        engine_dir, timing_dir = cache.engine_dirs(key, device, digest[:16])
+        try:
+            engine_dir = cache.engine_dir(key, device, digest[:16]) if trt.engine_cache else None
+            timing_dir = cache.timing_dir(device) if trt.timing_cache else None
+        except CacheError as error:
+            # Engines are an optimisation: without a writable cache TensorRT builds anew.
+            logger.warning("spacy-accelerate: TensorRT's engines will not be cached: %s", error)
+            engine_dir = timing_dir = None
     return SessionLayout(
         input_names=spec.input_names,
         padding_idx=spec.padding_idx,
