@@ -61,7 +61,7 @@ def _ports(values: Sequence[Any], *, outputs: bool) -> dict[str, _Port]:
             torch_dtype,
             numpy_dtype,
             width,
-            per_piece=len(value.shape) != 2 or not outputs,
+            per_piece=not outputs or len(value.shape) == 3,  # a pooled output is (batch, width)
         )
     return ports
 
