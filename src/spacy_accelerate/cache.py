@@ -70,6 +70,8 @@ _TMP_PREFIX = ".tmp-"
 _LOCK_DIR = ".locks"
 #: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
 ENGINE_DIR = "tensorrt"
+#: OpenVINO's compiled blobs, per CPU model and OpenVINO release.
+COMPILED_DIR = "openvino"
 _HASH_CHUNK = 1024 * 1024
 
 
@@ -438,6 +440,8 @@ class ModelCache:
         for path in orphans:
             _remove_path(path)
         self._clear_engines()
+        for cpu in sorted((self.root / COMPILED_DIR).glob("*")):
+            _remove_path(cpu)  # blobs are named by OpenVINO's own hashes, not by our keys
         return removed
 
     def engine_dir(self, key: str, device: str, settings: str) -> Path:
@@ -449,6 +453,14 @@ class ModelCache:
     def timing_dir(self, device: str) -> Path:
         """TensorRT's timing cache for ``device``, shared by every model. Made on demand."""
         return self._made(self.root / ENGINE_DIR / device / "timing")
+
+    def compiled_dir(self, cpu: str) -> Path | None:
+        """Where OpenVINO keeps its compiled blobs for ``cpu`` (None when the cache cannot
+        be written: OpenVINO then compiles on every start)."""
+        try:
+            return self._made(self.root / COMPILED_DIR / cpu)
+        except CacheError:
+            return None
 
     def engine_lock(self, engine_dir: Path) -> _KeyLock:
         """The lock held while an engine in ``engine_dir`` is built, loaded or removed.

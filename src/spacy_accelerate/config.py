@@ -48,6 +48,8 @@ SERVED: tuple[tuple[Provider, Precision], ...] = (
     (Provider.CUDA, Precision.FP16),
     (Provider.TENSORRT, Precision.FP32),
     (Provider.TENSORRT, Precision.FP16),
+    (Provider.OPENVINO, Precision.FP32),
+    (Provider.OPENVINO, Precision.BF16),
 )
 SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(SERVED)
 
@@ -67,7 +69,7 @@ DEFAULT_GPU_TOLERANCE = 1e-3
 #: token's hidden state and PyTorch's fp32 one.
 DEFAULT_MIN_COSINE = 0.99
 
-#: The gate of fp16, tighter than int8's: half precision loses far less.
+#: The gate of fp16 and bf16, tighter than int8's: half precision loses far less.
 DEFAULT_FP16_MIN_COSINE = 0.999
 
 #: ONNX opset used by the exporter; part of the cache key.
@@ -166,7 +168,8 @@ def default_tolerance(provider: Provider) -> float:
 
 def default_min_cosine(precision: Precision) -> float:
     """The token cosine bound of a reduced precision."""
-    return DEFAULT_FP16_MIN_COSINE if precision is Precision.FP16 else DEFAULT_MIN_COSINE
+    half = precision in (Precision.FP16, Precision.BF16)
+    return DEFAULT_FP16_MIN_COSINE if half else DEFAULT_MIN_COSINE
 
 
 def build_config(

@@ -129,11 +129,12 @@ class GraphPlan:
 def graph_plan(provider: Provider, precision: Precision) -> GraphPlan:
     """The plan of ``provider`` at ``precision``.
 
-    TensorRT gets the plain graph: it fuses on its own and does not take ONNX
-    Runtime's fused operators, and its fp16 is a builder flag, not a graph
-    rewrite. int8 graphs are quantized unfused (see :mod:`spacy_accelerate.quantize`).
+    TensorRT and OpenVINO get the plain graph: they fuse on their own and do
+    not take ONNX Runtime's fused operators, and their fp16/bf16 is a build
+    option, not a graph rewrite. int8 graphs are quantized unfused (see
+    :mod:`spacy_accelerate.quantize`).
     """
-    if provider is Provider.TENSORRT:
+    if provider in (Provider.TENSORRT, Provider.OPENVINO):
         return GraphPlan(fuse=False)
     if provider is Provider.CUDA:
         return GraphPlan(fuse=True, for_gpu=True, float16=precision is Precision.FP16)

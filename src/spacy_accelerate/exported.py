@@ -14,17 +14,19 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from .architectures import DetectedEncoder
 from .buckets import DEFAULT_MAX_BATCH, BucketPlan
 from .cache import CacheEntry, ModelCache
-from .config import OptimizeConfig, Precision
+from .config import OptimizeConfig, Precision, Provider
 from .errors import AccuracyError, CacheError
 from .export import MODEL_FILE, GraphPlan, export_onnx, graph_plan, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
+from .openvino_runtime import IR_FILE, convert_to_ir, openvino_key
 from .parity import ParityReport, check_parity
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider
@@ -95,6 +97,30 @@ def _quantize_within_gate(
     )
 
 
+def _export_options(config: OptimizeConfig) -> dict[str, Any]:
+    """The key's export options; OpenVINO's IR also depends on OpenVINO's release and on
+    what this CPU can do."""
+    options = config.export_options()
+    if config.provider is Provider.OPENVINO:
+        options["openvino"] = openvino_key()
+    return options
+
+
+def _model_file(provider: Provider) -> str:
+    """The file a cache entry serves for ``provider``."""
+    return IR_FILE if provider is Provider.OPENVINO else MODEL_FILE
+
+
+def _to_served_format(path: Path, provider: Provider) -> Path:
+    """The exported ONNX file in the format ``provider`` loads: OpenVINO's IR is stored
+    instead of the ONNX file (converting costs seconds on every load)."""
+    if provider is not Provider.OPENVINO:
+        return path
+    ir = convert_to_ir(path, path.parent)
+    path.unlink()
+    return ir
+
+
 def get_or_export(
     module: torch.nn.Module,
     detected: DetectedEncoder,
@@ -113,7 +139,7 @@ def get_or_export(
     spec = detected.spec
     if buckets is None:
         buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
-    inputs = key_inputs(module, spec, config.export_options())
+    inputs = key_inputs(module, spec, _export_options(config))
     key = cache_key(inputs)
     layout = session_layout(config, spec, buckets, cache, key)
     built: list[tuple[EncoderSession, ParityReport]] = []
@@ -133,6 +159,7 @@ def get_or_export(
             )
         else:
             optimize_graph(path, spec, graph_plan(config.provider, config.precision))
+            path = _to_served_format(path, config.provider)
             session = open_session(path, provider, config, layout, cache)
             report = check_parity(module, detected, session, window=window, gate=gate)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
@@ -142,7 +169,7 @@ def get_or_export(
     if built:
         session, parity = built[0]
     else:
-        model = result.entry.file(MODEL_FILE)
+        model = result.entry.file(_model_file(config.provider))
         session, parity = open_session(model, provider, config, layout, cache), None
     if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
@@ -187,4 +214,4 @@ def reopen_session(
             f"The cached model {exported.key[:12]} under {exported.path.parent} is missing or "
             "damaged. Call spacy_accelerate.optimize(nlp) on this pipeline again to rebuild it."
         )
-    return open_session(entry.file(MODEL_FILE), provider, config, layout, cache)
+    return open_session(entry.file(_model_file(config.provider)), provider, config, layout, cache)

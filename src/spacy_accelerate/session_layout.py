@@ -25,6 +25,7 @@ from .buckets import BucketPlan
 from .cache import ModelCache
 from .config import OptimizeConfig, Provider
 from .errors import CacheError
+from .openvino_runtime import OpenVINOSession, cpu_slug
 from .provider_options import SessionLayout, device_slug, engine_settings
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
@@ -84,7 +85,11 @@ def open_session(
     layout: SessionLayout,
     cache: ModelCache,
 ) -> EncoderSession:
-    """A session over ``model``; TensorRT's build (or engine load) under the engine lock."""
+    """A session over ``model``; TensorRT's build (or engine load) under the engine lock,
+    OpenVINO's compiled blobs kept under the cache dir."""
+    if provider.provider is Provider.OPENVINO:
+        blobs = cache.compiled_dir(cpu_slug())
+        return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
     if layout.engine_dir is None:
         return EncoderSession(model, provider, config, layout)
     with cache.engine_lock(layout.engine_dir):

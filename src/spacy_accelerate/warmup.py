@@ -13,6 +13,7 @@ from functools import singledispatch
 from .architectures.spec import EncoderSpec
 from .encoder_inputs import EncoderInputs
 from .io_binding import BoundRunner
+from .openvino_runtime import OpenVINORunner
 from .proxy import AcceleratedModule
 from .runtime import HostRunner, TensorRunner
 from .shim import SpanSettings
@@ -24,8 +25,9 @@ def warm_shapes(runner: TensorRunner, spans: SpanSettings, spec: EncoderSpec) ->
     raise TypeError(f"No warm-up for {type(runner).__name__}")
 
 
-@warm_shapes.register
-def _(runner: HostRunner, spans: SpanSettings, spec: EncoderSpec) -> list:
+@warm_shapes.register(HostRunner)
+@warm_shapes.register(OpenVINORunner)
+def _(runner: TensorRunner, spans: SpanSettings, spec: EncoderSpec) -> list:
     length = max(1, min(spans.window, spec.model_max_length, spec.longest_input))
     return [(batch, length) for batch in sorted({1, min(spans.batch_size, 8)})]
 

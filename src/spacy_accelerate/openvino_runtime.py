@@ -1,0 +1,178 @@
+"""The OpenVINO runtime on the CPU: Intel's AMX and VNNI units, bf16 and int8.
+
+The exported encoder is converted once to OpenVINO's IR (``model.xml`` and
+``model.bin``, stored in the same cache entry as any other export) and
+compiled for the CPU with the precision hint of the request: ``f32``, or
+``bf16`` where the CPU has bf16 arithmetic (AVX512_BF16 or AMX). OpenVINO
+keeps compiled blobs under the cache dir, so a warm start skips compilation.
+Infer requests are made per thread (one request may not run twice at once)
+and the thread count is the process's CPU affinity, as for ONNX Runtime.
+
+OpenVINO is run directly, not through ONNX Runtime's OpenVINO provider: the
+``openvino`` wheel installs next to ``onnxruntime`` (``onnxruntime-openvino``
+replaces it), and the direct API is what NNCF quantizes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import OptimizeConfig, Precision
+from .encoder_inputs import EncoderInputs
+from .errors import InvalidOptionError, ProviderUnavailableError
+from .provider_options import SessionLayout
+from .providers import ResolvedProvider
+
+#: The IR files of an OpenVINO cache entry.
+IR_FILE = "model.xml"
+IR_WEIGHTS = "model.bin"
+
+#: OpenVINO's CPU precision hint per precision served.
+PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: "bf16"}
+
+INSTALL_HINT = "pip install 'spacy-accelerate[openvino]'  (installs openvino and nncf)"
+
+
+def import_openvino() -> ModuleType:
+    try:
+        return importlib.import_module("openvino")
+    except ImportError as error:
+        raise ProviderUnavailableError(
+            f"OpenVINO is not installed ({error}). Install it with: {INSTALL_HINT}"
+        ) from error
+
+
+def openvino_available() -> bool:
+    try:
+        import_openvino()
+    except ProviderUnavailableError:
+        return False
+    return True
+
+
+def cpu_capabilities() -> frozenset[str]:
+    """What OpenVINO's CPU plugin can do here (``FP32``, ``BF16``, ``INT8``, ...)."""
+    core = import_openvino().Core()
+    return frozenset(str(item) for item in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def check_precision(precision: Precision) -> None:
+    """bf16 only where the CPU computes in bf16; say which instructions are missing."""
+    if precision is Precision.BF16 and "BF16" not in cpu_capabilities():
+        raise InvalidOptionError(
+            "precision='bf16' needs a CPU with bf16 arithmetic (AVX512_BF16 or AMX-BF16), which "
+            "this CPU does not have. Use precision='fp32' (or 'int8')."
+        )
+
+
+def cpu_slug() -> str:
+    """A folder name for this CPU model and OpenVINO release (compiled blobs are specific
+    to both)."""
+    core = import_openvino().Core()
+    name = str(core.get_property("CPU", "FULL_DEVICE_NAME"))
+    version = import_openvino().__version__
+    return re.sub(r"[^a-z0-9.]+", "-", f"{name}-ov{version}".lower()).strip("-")
+
+
+def openvino_key() -> dict[str, Any]:
+    """What the served IR (and, with int8, its quantization) depends on besides the
+    weights: the OpenVINO and NNCF releases and the CPU's capability set."""
+    versions: dict[str, Any] = {"openvino": import_openvino().__version__}
+    try:
+        versions["nncf"] = importlib.import_module("nncf").__version__
+    except ImportError:
+        versions["nncf"] = None
+    return {**versions, "cpu": sorted(cpu_capabilities())}
+
+
+def convert_to_ir(onnx_path: Path, folder: Path) -> Path:
+    """Convert the exported ONNX file to OpenVINO's IR beside it, weights kept in fp32."""
+    ov = import_openvino()
+    model = ov.convert_model(str(onnx_path))
+    target = folder / IR_FILE
+    ov.save_model(model, str(target), compress_to_fp16=False)
+    return target
+
+
+class OpenVINORunner:
+    """Torch tensors in, torch tensors out, through one infer request per thread."""
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        self.input_names = tuple(port.any_name for port in compiled.inputs)
+        self._local = threading.local()
+
+    def _request(self) -> Any:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        return request
+
+    def run_arrays(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        request = self._request()
+        request.infer({name: feeds[name] for name in self.input_names})
+        # Copies: the request's output buffers are reused by its next inference.
+        return [np.array(request.get_tensor(name).data, copy=True) for name in names]
+
+    def run(
+        self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
+    ) -> list[torch.Tensor]:
+        arrays = {
+            name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False)
+            for name in self.input_names
+        }
+        return [torch.from_numpy(array) for array in self.run_arrays(arrays, names)]
+
+
+class OpenVINOSession:
+    """The exported encoder compiled by OpenVINO for this CPU, with the session interface
+    the proxy, the parity gate and warm-up use (as :class:`.runtime.EncoderSession`)."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        provider: ResolvedProvider,
+        config: OptimizeConfig,
+        layout: SessionLayout,
+        *,
+        cache_dir: Path | None = None,
+    ) -> None:
+        ov = import_openvino()
+        check_precision(config.precision)
+        core = ov.Core()
+        if cache_dir is not None:
+            core.set_property({"CACHE_DIR": str(cache_dir)})
+        hint = PRECISION_HINTS.get(config.precision, "f32")
+        self.compiled = core.compile_model(
+            str(model_path),
+            "CPU",
+            {
+                "INFERENCE_PRECISION_HINT": hint,
+                "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_NUM_THREADS": config.intra_op_threads,
+                "NUM_STREAMS": 1,
+            },
+        )
+        self.provider = provider
+        self.config = config
+        self.layout = layout
+        self.runner = OpenVINORunner(self.compiled)
+        self.input_names = self.runner.input_names
+        self.output_names = tuple(port.any_name for port in self.compiled.outputs)
+
+    def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
+        return self.runner.run_arrays(inputs.feeds(self.input_names), outputs)
+
+    def run_tensors(
+        self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str], *, graphs: bool = True
+    ) -> list[torch.Tensor]:
+        return self.runner.run(feeds, outputs)
