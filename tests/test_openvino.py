@@ -13,9 +13,8 @@ from annotations import disagreements, max_abs_diff, run
 import spacy_accelerate
 from spacy_accelerate import exported, openvino_runtime
 from spacy_accelerate.benchmark import agreement
-from spacy_accelerate.config import Precision, Provider
 from spacy_accelerate.doc_outputs import token_cosines
-from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.errors import AccuracyError, InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.openvino_runtime import IR_FILE, IR_WEIGHTS, OpenVINORunner
 
 TEXTS = 32
@@ -117,7 +116,20 @@ def test_openvino_missing_names_the_extra(
         spacy_accelerate.optimize(nlp, "openvino", "fp32", cache_dir=cache_dir)
 
 
-def test_openvino_serves_fp32_and_bf16_only_for_now():
-    assert (Provider.OPENVINO, Precision.FP32) in spacy_accelerate.config.SUPPORTED_COMBINATIONS
-    with pytest.raises(InvalidOptionError, match="not available in this release"):
-        spacy_accelerate.config.check_supported(Provider.OPENVINO, Precision.INT8)
+def test_int8_that_changes_the_pipelines_annotations_is_refused(
+    sample_path: Callable[[str], Path], cache_dir: Path
+):
+    # The tiny sample's untrained heads flip tags on small changes: every plan of the
+    # ladder passes the cosine gate or not, and the agreement gate refuses the rest.
+    nlp = spacy.load(sample_path("roberta"))
+    with pytest.raises(AccuracyError, match="agree with PyTorch's on only") as caught:
+        spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir)
+    assert "ffn kept float" in str(caught.value)  # the whole ladder was tried
+    assert not spacy_accelerate.is_optimized(nlp)
+    assert spacy_accelerate.list_cached(cache_dir) == []  # nothing refused is stored
+
+
+def test_calibration_texts_are_validated():
+    with pytest.raises(InvalidOptionError, match="calibration_texts must be"):
+        spacy_accelerate.config.build_config("openvino", "int8", calibration_texts="one text")
+    assert spacy_accelerate.config.build_config("openvino", "int8").gate().min_cosine == 0.995

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spacy.language import Language
@@ -11,7 +11,8 @@ from spacy.language import Language
 from .architectures import detect_architecture
 from .buckets import BucketPlan
 from .cache import ModelCache
-from .config import OptimizeConfig, Precision, Provider, build_config
+from .calibration import agreement_judge, calibration_for
+from .config import DEFAULT_MIN_AGREEMENT, OptimizeConfig, Precision, Provider, build_config
 from .exported import get_or_export
 from .fallback import fallback_chain, serve_first
 from .gpu_options import GpuOptions
@@ -39,6 +40,7 @@ def optimize(
     device_id: int | None = None,
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
+    calibration_texts: Sequence[str] | None = None,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -72,6 +74,7 @@ def optimize(
         device_id=device_id,
         fallback=fallback,
         gpu=gpu,
+        calibration_texts=calibration_texts,
     )
     cache = ModelCache(config.cache_dir)
 
@@ -86,8 +89,24 @@ def optimize(
                 buckets = BucketPlan.for_pipeline(
                     attempt.gpu, detected.spec, spans.window, spans.batch_size
                 )
+                calibration = calibration_for(nlp, location, detected.spec, attempt)
+                judge = (
+                    agreement_judge(
+                        nlp, location, module, detected.spec, calibration, DEFAULT_MIN_AGREEMENT
+                    )
+                    if calibration is not None
+                    else None
+                )
                 session, exported = get_or_export(  # 6. get or export the ONNX model
-                    module, detected, attempt, resolved, cache, window=spans.window, buckets=buckets
+                    module,
+                    detected,
+                    attempt,
+                    resolved,
+                    cache,
+                    window=spans.window,
+                    buckets=buckets,
+                    calibration=calibration,
+                    judge=judge,
                 )
                 proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
                 patch(location, proxy)  # 8. patch

@@ -8,7 +8,7 @@ cache key is computed from exactly the values that shaped the exported file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -50,6 +50,7 @@ SERVED: tuple[tuple[Provider, Precision], ...] = (
     (Provider.TENSORRT, Precision.FP16),
     (Provider.OPENVINO, Precision.FP32),
     (Provider.OPENVINO, Precision.BF16),
+    (Provider.OPENVINO, Precision.INT8),
 )
 SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(SERVED)
 
@@ -68,6 +69,13 @@ DEFAULT_GPU_TOLERANCE = 1e-3
 #: The gate of int8: the smallest allowed cosine similarity between one
 #: token's hidden state and PyTorch's fp32 one.
 DEFAULT_MIN_COSINE = 0.99
+
+#: The gate of OpenVINO's calibrated int8.
+DEFAULT_OPENVINO_INT8_MIN_COSINE = 0.995
+
+#: The pipeline's own tags and entities must agree this often with PyTorch's on the
+#: calibration documents for OpenVINO's int8 to be served.
+DEFAULT_MIN_AGREEMENT = 0.995
 
 #: The gate of fp16 and bf16, tighter than int8's: half precision loses far less.
 DEFAULT_FP16_MIN_COSINE = 0.999
@@ -128,6 +136,8 @@ class OptimizeConfig:
     int8: Int8Recipe = DEFAULT_INT8_RECIPE
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
+    #: OpenVINO int8's calibration texts (None: the built-in sample).
+    calibration_texts: tuple[str, ...] | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -150,7 +160,8 @@ class OptimizeConfig:
         token's direction (cosine)."""
         if self.precision is Precision.FP32:
             return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
-        return Gate(min_cosine=self.min_cosine or default_min_cosine(self.precision))
+        bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
+        return Gate(min_cosine=bound)
 
     def served_by(self, provider: Provider) -> OptimizeConfig:
         """This request served by ``provider`` instead (a fallback): a precision that
@@ -166,10 +177,14 @@ def default_tolerance(provider: Provider) -> float:
     return DEFAULT_GPU_TOLERANCE if provider in GPU_PROVIDERS else DEFAULT_TOLERANCE
 
 
-def default_min_cosine(precision: Precision) -> float:
-    """The token cosine bound of a reduced precision."""
-    half = precision in (Precision.FP16, Precision.BF16)
-    return DEFAULT_FP16_MIN_COSINE if half else DEFAULT_MIN_COSINE
+def default_min_cosine(precision: Precision, provider: Provider = Provider.CPU) -> float:
+    """The token cosine bound of a reduced precision. OpenVINO's int8 is calibrated on
+    real text and held to a tighter bound than ONNX Runtime's dynamic int8."""
+    if precision in (Precision.FP16, Precision.BF16):
+        return DEFAULT_FP16_MIN_COSINE
+    if provider is Provider.OPENVINO:
+        return DEFAULT_OPENVINO_INT8_MIN_COSINE
+    return DEFAULT_MIN_COSINE
 
 
 def build_config(
@@ -185,6 +200,7 @@ def build_config(
     device_id: int | None = None,
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
+    calibration_texts: Sequence[str] | None = None,
 ) -> OptimizeConfig:
     """Validate the user's options; ``provider`` may still be ``auto`` here.
 
@@ -220,7 +236,19 @@ def build_config(
         intra_op_threads=threads if threads is not None else _default_threads(),
         gpu=gpu_options,
         fallback=bool(fallback),
+        calibration_texts=_parse_texts(calibration_texts),
     )
+
+
+def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
+    if texts is None:
+        return None
+    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts) or not texts:
+        raise InvalidOptionError(
+            "calibration_texts must be a non-empty list of strings (texts like the ones you "
+            "will process), or None for the built-in English sample."
+        )
+    return tuple(texts)
 
 
 def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:

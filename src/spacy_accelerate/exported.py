@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +27,7 @@ from .errors import AccuracyError, CacheError
 from .export import MODEL_FILE, GraphPlan, export_onnx, graph_plan, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
+from .openvino_quantize import quantize_within_gate as quantize_for_openvino
 from .openvino_runtime import IR_FILE, convert_to_ir, openvino_key
 from .parity import ParityReport, check_parity
 from .provider_options import SessionLayout
@@ -33,6 +35,9 @@ from .providers import ResolvedProvider
 from .quantize import quantize_int8
 from .runtime import EncoderSession
 from .session_layout import open_session, session_layout
+
+if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
+    from .calibration import Calibration
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -97,12 +102,28 @@ def _quantize_within_gate(
     )
 
 
-def _export_options(config: OptimizeConfig) -> dict[str, Any]:
+#: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
+Judge = Callable[[Any, "ExportedModel"], None]
+
+
+def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], None] | None:
+    """``judge`` for a session whose entry is not (yet) final."""
+    if judge is None:
+        return None
+    provisional = ExportedModel(key=key, path=path, cache_hit=False, seconds=0.0, parity=None)
+    return lambda session: judge(session, provisional)
+
+
+def _export_options(
+    config: OptimizeConfig, calibration: Calibration | None = None
+) -> dict[str, Any]:
     """The key's export options; OpenVINO's IR also depends on OpenVINO's release and on
-    what this CPU can do."""
+    what this CPU can do, and a calibrated int8 model on its calibration texts."""
     options = config.export_options()
     if config.provider is Provider.OPENVINO:
         options["openvino"] = openvino_key()
+    if calibration is not None:
+        options["calibration_sha256"] = calibration.digest
     return options
 
 
@@ -130,6 +151,8 @@ def get_or_export(
     *,
     window: int,
     buckets: BucketPlan | None = None,
+    calibration: Calibration | None = None,
+    judge: Judge | None = None,
 ) -> tuple[EncoderSession, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
@@ -139,7 +162,7 @@ def get_or_export(
     spec = detected.spec
     if buckets is None:
         buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
-    inputs = key_inputs(module, spec, _export_options(config))
+    inputs = key_inputs(module, spec, _export_options(config, calibration))
     key = cache_key(inputs)
     layout = session_layout(config, spec, buckets, cache, key)
     built: list[tuple[EncoderSession, ParityReport]] = []
@@ -153,7 +176,23 @@ def get_or_export(
         del hf_model
         # ONNX Runtime holds the whole model in memory, so the session stays
         # valid after the folder is renamed into the cache: it is served as is.
-        if config.precision is Precision.INT8:
+        if config.precision is Precision.INT8 and config.provider is Provider.OPENVINO:
+            if calibration is None:
+                raise ValueError("OpenVINO's int8 needs calibration inputs")
+            session, report = quantize_for_openvino(
+                path,
+                module,
+                detected,
+                config,
+                provider,
+                window=window,
+                gate=gate,
+                layout=layout,
+                calibration=calibration,
+                open_session=lambda model: open_session(model, provider, config, layout, cache),
+                judge=_provisional(judge, key, folder),
+            )
+        elif config.precision is Precision.INT8:
             session, report = _quantize_within_gate(
                 path, module, detected, config, provider, window=window, gate=gate, layout=layout
             )
@@ -174,7 +213,10 @@ def get_or_export(
     if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
         # stored under a looser gate than this call asks for.
-        parity = check_parity(module, detected, session, window=window, gate=gate)
+        batches = calibration.items if calibration is not None else None
+        parity = check_parity(module, detected, session, window=window, gate=gate, batches=batches)
+        if judge is not None:
+            _provisional(judge, key, result.entry.path)(session)
     exported = ExportedModel(
         key=key,
         path=result.entry.path,

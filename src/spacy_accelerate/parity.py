@@ -10,7 +10,8 @@ the measured numbers: it never warns and carries on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -93,7 +94,7 @@ def reference_outputs(
         module.train(was_training)
 
 
-def _token_cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+def token_cosines(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     norms = np.linalg.norm(a, axis=-1) * np.linalg.norm(e, axis=-1)
     dots = np.sum(a * e, axis=-1)
@@ -115,13 +116,33 @@ def compare(
     for a, e in zip(actual, expected, strict=True):
         kept_a, kept_e = (a[mask], e[mask]) if a.ndim == 3 else (a, e)
         diffs.append(float(np.max(np.abs(kept_a - kept_e))) if kept_a.size else 0.0)
-        cosines.append(float(np.min(_token_cosines(kept_a, kept_e))) if kept_a.size else 1.0)
+        cosines.append(float(np.min(token_cosines(kept_a, kept_e))) if kept_a.size else 1.0)
     return ParityReport(
         outputs=spec.output_names,
         max_abs_diff=tuple(diffs),
         min_cosine=tuple(cosines),
         gate=gate,
         batch_shape=inputs.shape,
+    )
+
+
+def _merged(reports: list[ParityReport]) -> ParityReport:
+    """The worst of several batches' reports, output by output."""
+    if len(reports) == 1:
+        return reports[0]
+    first = reports[0]
+    return replace(
+        first,
+        max_abs_diff=tuple(
+            max(values) for values in zip(*(r.max_abs_diff for r in reports), strict=True)
+        ),
+        min_cosine=tuple(
+            min(values) for values in zip(*(r.min_cosine for r in reports), strict=True)
+        ),
+        batch_shape=(
+            sum(r.batch_shape[0] for r in reports),
+            max(r.batch_shape[1] for r in reports),
+        ),
     )
 
 
@@ -132,23 +153,34 @@ def check_parity(
     *,
     window: int,
     gate: Gate,
+    batches: Sequence[EncoderInputs] | None = None,
 ) -> ParityReport:
-    """Compare ``session`` with ``module``; raise when the gate is not met."""
+    """Compare ``session`` with ``module`` on ``batches`` (a calibrated model: its
+    calibration spans) or the random verification batch; raise when the gate is not met."""
     spec = detected.spec
-    inputs = verification_batch(spec, window)
-    expected = reference_outputs(module, detected, inputs)
-    actual = session.run(inputs, spec.output_names)
-    report = compare(actual, expected, spec, inputs, gate)
+    chosen = list(batches) if batches else [verification_batch(spec, window)]
+    report = _merged(
+        [
+            compare(
+                session.run(inputs, spec.output_names),
+                reference_outputs(module, detected, inputs),
+                spec,
+                inputs,
+                gate,
+            )
+            for inputs in chosen
+        ]
+    )
     if report.passed:
         return report
     if gate.min_cosine is not None:
         raise AccuracyError(
             f"The reduced-precision {spec.family} model drifts too far from the PyTorch module: "
             f"smallest token cosine similarity {report.worst_cosine:.5f} < {gate.min_cosine:g} "
-            f"(largest absolute difference {report.worst:.3g}) on a padded batch of shape "
-            f"{report.batch_shape} ({report.per_output()}). It was not served; the pipeline is "
-            "unchanged. Use precision='fp32', or lower min_cosine if this accuracy is enough "
-            "for you."
+            f"(largest absolute difference {report.worst:.3g}) on padded batches of "
+            f"{report.batch_shape} rows x pieces ({report.per_output()}). It was not served; "
+            "the pipeline is unchanged. Use precision='fp32', or lower min_cosine if this "
+            "accuracy is enough for you."
         )
     raise ConversionError(
         f"The exported {spec.family} model does not match the PyTorch module: largest "

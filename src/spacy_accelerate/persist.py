@@ -46,6 +46,8 @@ class OptimizeRequest:
     fallback: bool = False
     #: :class:`~spacy_accelerate.GpuOptions` as plain values (``GpuOptions.as_dict``).
     gpu: dict[str, Any] | None = None
+    #: OpenVINO int8's calibration texts as given (None: the built-in sample).
+    calibration_texts: list[str] | None = None
 
     @classmethod
     def from_config(cls, config: OptimizeConfig, *, threads: int | None) -> OptimizeRequest:
@@ -62,6 +64,7 @@ class OptimizeRequest:
             device_id=config.gpu.device_id,
             fallback=config.fallback,
             gpu=config.gpu.as_dict(),
+            calibration_texts=list(config.calibration_texts) if config.calibration_texts else None,
         )
 
     def optimize_kwargs(self) -> dict[str, Any]:
@@ -144,6 +147,7 @@ def make_optimize_callback(
     device_id: int = 0,
     fallback: bool = False,
     gpu: dict[str, Any] | None = None,
+    calibration_texts: list[str] | None = None,
     previous: Callable[[Language], Language] | None = None,
 ) -> Callable[[Language], Language]:
     """spaCy's ``after_pipeline_creation`` callback that accelerates the loaded pipeline."""
@@ -159,6 +163,7 @@ def make_optimize_callback(
         device_id=device_id,
         fallback=fallback,
         gpu=dict(gpu) if gpu is not None else None,
+        calibration_texts=list(calibration_texts) if calibration_texts is not None else None,
     )
     return AfterCreation(request=request, enabled=enabled, previous=previous)
 

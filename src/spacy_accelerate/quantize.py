@@ -60,7 +60,7 @@ DEFAULT_INT8_RECIPE = Int8Recipe()
 QUANTIZED_OPS = ("MatMul", "Attention")
 
 
-def _kept_nodes(model: onnx.ModelProto, spec: EncoderSpec, keep: KeepFloat) -> list[str]:
+def kept_matmuls(model: onnx.ModelProto, spec: EncoderSpec, keep: KeepFloat) -> list[str]:
     """MatMul nodes whose constant weight has the shape of a kept projection."""
     hidden, inner = spec.hidden_width, spec.intermediate_width
     shapes = {
@@ -94,7 +94,7 @@ def quantize_int8(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-        kept = _kept_nodes(onnx.load(str(prepared)), spec, keep)
+        kept = kept_matmuls(onnx.load(str(prepared)), spec, keep)
         quantize_dynamic(
             model_input=str(prepared),
             model_output=str(target),

@@ -1,0 +1,169 @@
+"""Calibration: the transformer's own inputs on real text, and PyTorch's annotations of it.
+
+int8 quantization needs activations that look like the ones the model will
+see. They are recorded by running the pipeline (on PyTorch) over the
+calibration texts with a recorder in the shim, so the batches are exactly
+the spans, padding and lengths spaCy produces. PyTorch's documents are kept
+too: the int8 pipeline must annotate them the same way (the agreement gate).
+Without ``calibration_texts`` a built-in sample of UD English-EWT is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import torch
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from .architectures.spec import EncoderSpec
+from .config import OptimizeConfig, Precision, Provider
+from .encoder_inputs import EncoderInputs
+from .errors import AccuracyError
+from .patch import patch, revert
+from .proxy import ALL_LAYERS_KWARG, make_proxy
+from .shim import ShimLocation
+
+#: Rows per calibration item: small batches give the quantizer many samples.
+ROWS_PER_ITEM = 8
+
+
+def builtin_texts() -> list[str]:
+    """The built-in calibration sample (UD English-EWT dev, see ``data/README.md``)."""
+    text = resources.files("spacy_accelerate").joinpath("data/calibration_ewt_dev.txt")
+    return [line for line in text.read_text(encoding="utf8").splitlines() if line.strip()]
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    texts: tuple[str, ...]
+    digest: str
+    #: The transformer's inputs, as spaCy handed them over, in items of a few rows.
+    items: tuple[EncoderInputs, ...]
+    #: PyTorch's documents for ``texts``.
+    docs: tuple[Doc, ...]
+
+
+class _Recorder(torch.nn.Module):
+    """Stands in the shim for one pass: records every call's inputs, runs PyTorch."""
+
+    def __init__(self, module: torch.nn.Module, spec: EncoderSpec) -> None:
+        super().__init__()
+        self.module = module
+        self.spec = spec
+        self.calls: list[EncoderInputs] = []
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop(ALL_LAYERS_KWARG, None)
+        ids = (args[0] if args else kwargs["input_ids"]).detach().cpu().numpy().astype(np.int64)
+        mask = kwargs.get("attention_mask")
+        if mask is None or not isinstance(mask, torch.Tensor):
+            inputs = EncoderInputs.from_ids(ids, self.spec.padding_idx)
+        else:
+            types = kwargs.get("token_type_ids")
+            inputs = EncoderInputs(
+                ids,
+                mask.detach().cpu().numpy().astype(np.int64),
+                np.zeros_like(ids) if types is None else types.cpu().numpy().astype(np.int64),
+            )
+        self.calls.append(inputs)
+        return self.module(*args, **kwargs)
+
+
+def record_calibration(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str] | None
+) -> Calibration:
+    """Run ``nlp`` on PyTorch over ``texts`` (the built-in sample when None), recording
+    the inputs of the transformer at ``location``."""
+    chosen = tuple(builtin_texts() if texts is None else texts)
+    recorder = _Recorder(location.pytorch_module, spec)
+    current = location.shim._model
+    location.shim._model = recorder
+    try:
+        with torch.no_grad():
+            docs = tuple(nlp.pipe(chosen, batch_size=32))
+    finally:
+        location.shim._model = current
+    items = tuple(
+        EncoderInputs(
+            call.input_ids[start : start + ROWS_PER_ITEM],
+            call.attention_mask[start : start + ROWS_PER_ITEM],
+            call.token_type_ids[start : start + ROWS_PER_ITEM],
+        )
+        for call in recorder.calls
+        for start in range(0, call.shape[0], ROWS_PER_ITEM)
+        if call.input_ids.size
+    )
+    return Calibration(texts=chosen, digest=texts_digest(chosen), items=items, docs=docs)
+
+
+def calibration_for(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
+) -> Calibration | None:
+    """The calibration of ``config``'s request: only OpenVINO's int8 is calibrated."""
+    if config.provider is not Provider.OPENVINO or config.precision is not Precision.INT8:
+        return None
+    return record_calibration(nlp, location, spec, config.calibration_texts)
+
+
+#: What the agreement gate compares: the tags and the entities the pipeline assigns.
+_ANNOTATIONS = {
+    "tag": lambda token: token.tag_,
+    "entity": lambda token: (token.ent_iob_, token.ent_type_),
+}
+
+
+def check_agreement(nlp: Language, calibration: Calibration, min_agreement: float) -> None:
+    """Refuse the accelerated ``nlp`` unless it tags and finds entities in the calibration
+    texts like PyTorch did, at least ``min_agreement`` of the tokens each."""
+    docs = list(nlp.pipe(calibration.texts, batch_size=32))
+    tokens = sum(len(doc) for doc in docs)
+    for name, read in _ANNOTATIONS.items():
+        same = sum(
+            read(a) == read(b)
+            for expected, actual in zip(calibration.docs, docs, strict=True)
+            for a, b in zip(expected, actual, strict=True)
+        )
+        rate = same / tokens if tokens else 1.0
+        if rate < min_agreement:
+            raise AccuracyError(
+                f"The int8 pipeline's {name}s agree with PyTorch's on only {rate:.2%} of the "
+                f"{tokens} calibration tokens (< {min_agreement:.1%}), so it was not served and "
+                "the pipeline is unchanged. Use precision='bf16' or 'fp32', or calibrate on "
+                "texts like yours (calibration_texts=...)."
+            )
+
+
+def agreement_judge(
+    nlp: Language,
+    location: ShimLocation,
+    module: torch.nn.Module,
+    spec: EncoderSpec,
+    calibration: Calibration,
+    min_agreement: float,
+) -> Callable[[Any, Any], None]:
+    """Judges a candidate session inside the pipeline: swapped in for one pass over the
+    calibration texts, then taken out again, whatever the verdict."""
+
+    def judge(session: Any, exported: Any) -> None:
+        previous = location.module
+        patch(location, make_proxy(module, session, spec, exported))
+        try:
+            check_agreement(nlp, calibration, min_agreement)
+        finally:
+            revert(location, previous)
+
+    return judge
