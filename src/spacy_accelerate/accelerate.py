@@ -12,7 +12,7 @@ from .architectures import detect_architecture
 from .buckets import BucketPlan
 from .cache import ModelCache
 from .calibration import agreement_judge, calibration_for
-from .config import DEFAULT_MIN_AGREEMENT, OptimizeConfig, Precision, Provider, build_config
+from .config import OptimizeConfig, Precision, Provider, build_config
 from .exported import get_or_export
 from .fallback import fallback_chain, serve_first
 from .gpu_options import GpuOptions
@@ -41,6 +41,7 @@ def optimize(
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
     calibration_texts: Sequence[str] | None = None,
+    min_agreement: float | None = None,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -55,8 +56,12 @@ def optimize(
     on a CPU, 1e-3 on a GPU) and ``min_cosine`` (fp16 0.999, int8 0.99) are
     the accuracy gate. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
     TensorRT's builder: :class:`~spacy_accelerate.GpuOptions`) shape the GPU
-    providers; ``fallback=True`` walks TensorRT -> CUDA -> CPU when a provider
-    cannot run here, with a warning, instead of raising.
+    providers. OpenVINO's int8 is calibrated on ``calibration_texts`` (default: a
+    built-in English sample) and served only if, on them, the mean token cosine is
+    at least ``min_cosine`` (0.995) and the pipeline's tags and entities stay as
+    PyTorch's on at least ``min_agreement`` (0.995) of the tokens. ``fallback=True``
+    walks TensorRT -> CUDA -> CPU when a provider cannot run here, with a warning,
+    instead of raising.
     """
 
     components = find_transformer_components(nlp)  # 1. validate
@@ -75,6 +80,7 @@ def optimize(
         fallback=fallback,
         gpu=gpu,
         calibration_texts=calibration_texts,
+        min_agreement=min_agreement,
     )
     cache = ModelCache(config.cache_dir)
 
@@ -91,9 +97,7 @@ def optimize(
                 )
                 calibration = calibration_for(nlp, location, detected.spec, attempt)
                 judge = (
-                    agreement_judge(
-                        nlp, location, module, detected.spec, calibration, DEFAULT_MIN_AGREEMENT
-                    )
+                    agreement_judge(calibration, module, attempt.agreement_bound)
                     if calibration is not None
                     else None
                 )

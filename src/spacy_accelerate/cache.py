@@ -372,9 +372,11 @@ class ModelCache:
         self,
         key: str,
         key_inputs: Mapping[str, Any],
-        build: Callable[[Path], None],
+        build: Callable[[Path], Mapping[str, Any] | None],
     ) -> CacheResult:
         """Return the entry for ``key``, running ``build(tmp_dir)`` only if no valid one exists.
+
+        What ``build`` returns (if anything) is recorded in the manifest under ``built``.
 
         If ``build`` raises, its exception propagates unchanged and the cache is left as it was.
         """
@@ -576,12 +578,12 @@ class ModelCache:
         return True
 
     def _build_locked(
-        self, key: str, inputs_json: Any, build: Callable[[Path], None]
+        self, key: str, inputs_json: Any, build: Callable[[Path], Mapping[str, Any] | None]
     ) -> CacheEntry:
         tmp = self._make_temp_dir(key)
         try:
-            build(tmp)
-            manifest = self._write_manifest(tmp, key, inputs_json)
+            built = build(tmp)
+            manifest = self._write_manifest(tmp, key, inputs_json, built)
             target = self.root / key
             try:
                 os.rename(tmp, target)
@@ -593,7 +595,9 @@ class ModelCache:
         return CacheEntry(key=key, path=target, manifest=manifest)
 
     @staticmethod
-    def _write_manifest(folder: Path, key: str, inputs_json: Any) -> dict[str, Any]:
+    def _write_manifest(
+        folder: Path, key: str, inputs_json: Any, built: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         manifest: dict[str, Any] = {
             "format_version": MANIFEST_FORMAT_VERSION,
             "key": key,
@@ -602,6 +606,8 @@ class ModelCache:
             "created": _utc_now_iso(),
             "spacy_accelerate_version": __version__,
         }
+        if built:  # what the builder chose (an int8 quantization plan, say)
+            manifest["built"] = dict(built)
         data = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
         with open(folder / MANIFEST_NAME, "wb") as handle:
             handle.write(data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -22,9 +23,9 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .architectures.spec import EncoderSpec
-from .config import OptimizeConfig, Precision, Provider
+from .config import OptimizeConfig
 from .encoder_inputs import EncoderInputs
-from .errors import AccuracyError
+from .errors import AgreementError
 from .patch import patch, revert
 from .proxy import ALL_LAYERS_KWARG, make_proxy
 from .shim import ShimLocation
@@ -83,46 +84,74 @@ class _Recorder(torch.nn.Module):
         return self.module(*args, **kwargs)
 
 
-def record_calibration(
-    nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str] | None
-) -> Calibration:
-    """Run ``nlp`` on PyTorch over ``texts`` (the built-in sample when None), recording
-    the inputs of the transformer at ``location``."""
-    chosen = tuple(builtin_texts() if texts is None else texts)
+def record_calls(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str]
+) -> tuple[list[EncoderInputs], tuple[Doc, ...]]:
+    """Run ``nlp`` on PyTorch over ``texts``: the inputs of each call of the transformer at
+    ``location``, as spaCy made them, and the documents."""
     recorder = _Recorder(location.pytorch_module, spec)
     current = location.shim._model
     location.shim._model = recorder
     try:
         with torch.no_grad():
-            docs = tuple(nlp.pipe(chosen, batch_size=32))
+            docs = tuple(nlp.pipe(texts, batch_size=32))
     finally:
         location.shim._model = current
+    return [call for call in recorder.calls if call.input_ids.size], docs
+
+
+def record_calibration(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str] | None
+) -> Calibration:
+    """The calibration on ``texts`` (the built-in sample when None), in items of a few rows."""
+    chosen = tuple(builtin_texts() if texts is None else texts)
+    calls, docs = record_calls(nlp, location, spec, chosen)
     items = tuple(
         EncoderInputs(
             call.input_ids[start : start + ROWS_PER_ITEM],
             call.attention_mask[start : start + ROWS_PER_ITEM],
             call.token_type_ids[start : start + ROWS_PER_ITEM],
         )
-        for call in recorder.calls
+        for call in calls
         for start in range(0, call.shape[0], ROWS_PER_ITEM)
-        if call.input_ids.size
     )
     return Calibration(texts=chosen, digest=texts_digest(chosen), items=items, docs=docs)
 
 
+@dataclass(frozen=True)
+class CalibrationSource:
+    """A request's calibration texts. Their hash is part of the cache key, so it is known
+    at once; running the pipeline over them costs seconds, so that happens only when a
+    model is built (:attr:`full`)."""
+
+    nlp: Language
+    location: ShimLocation
+    spec: EncoderSpec
+    texts: tuple[str, ...]
+
+    @cached_property
+    def digest(self) -> str:
+        return texts_digest(self.texts)
+
+    @cached_property
+    def full(self) -> Calibration:
+        return record_calibration(self.nlp, self.location, self.spec, self.texts)
+
+
 def calibration_for(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
-) -> Calibration | None:
+) -> CalibrationSource | None:
     """The calibration of ``config``'s request: only OpenVINO's int8 is calibrated."""
-    if config.provider is not Provider.OPENVINO or config.precision is not Precision.INT8:
+    if not config.calibrated:
         return None
-    return record_calibration(nlp, location, spec, config.calibration_texts)
+    texts = tuple(builtin_texts() if config.calibration_texts is None else config.calibration_texts)
+    return CalibrationSource(nlp, location, spec, texts)
 
 
 #: What the agreement gate compares: the tags and the entities the pipeline assigns.
 _ANNOTATIONS = {
-    "tag": lambda token: token.tag_,
-    "entity": lambda token: (token.ent_iob_, token.ent_type_),
+    "tags": lambda token: token.tag_,
+    "entities": lambda token: (token.ent_iob_, token.ent_type_),
 }
 
 
@@ -139,30 +168,30 @@ def check_agreement(nlp: Language, calibration: Calibration, min_agreement: floa
         )
         rate = same / tokens if tokens else 1.0
         if rate < min_agreement:
-            raise AccuracyError(
-                f"The int8 pipeline's {name}s agree with PyTorch's on only {rate:.2%} of the "
-                f"{tokens} calibration tokens (< {min_agreement:.1%}), so it was not served and "
-                "the pipeline is unchanged. Use precision='bf16' or 'fp32', or calibrate on "
-                "texts like yours (calibration_texts=...)."
+            finding = (
+                f"{name} agree with PyTorch's on {rate:.2%} of the {tokens} calibration tokens "
+                f"(< min_agreement {min_agreement:.2%})"
+            )
+            raise AgreementError(
+                f"The int8 pipeline's {finding}, so it was not served and the pipeline is "
+                "unchanged. Use precision='bf16' or 'fp32', calibrate on texts like yours "
+                "(calibration_texts=...), or lower min_agreement if this is enough for you.",
+                finding=finding,
             )
 
 
 def agreement_judge(
-    nlp: Language,
-    location: ShimLocation,
-    module: torch.nn.Module,
-    spec: EncoderSpec,
-    calibration: Calibration,
-    min_agreement: float,
+    source: CalibrationSource, module: torch.nn.Module, min_agreement: float
 ) -> Callable[[Any, Any], None]:
     """Judges a candidate session inside the pipeline: swapped in for one pass over the
     calibration texts, then taken out again, whatever the verdict."""
 
     def judge(session: Any, exported: Any) -> None:
+        location = source.location
         previous = location.module
-        patch(location, make_proxy(module, session, spec, exported))
+        patch(location, make_proxy(module, session, source.spec, exported))
         try:
-            check_agreement(nlp, calibration, min_agreement)
+            check_agreement(source.nlp, source.full, min_agreement)
         finally:
             revert(location, previous)
 

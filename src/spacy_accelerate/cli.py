@@ -102,6 +102,17 @@ def doctor(cache_dir: CacheDir = None) -> None:
     )
 
 
+def _read_lines(texts_file: Path) -> list[str]:
+    """The non-empty lines of a UTF-8 texts file, one document each."""
+    if not texts_file.is_file():
+        raise CommandError(f"No texts file at {texts_file}: give a UTF-8 file, one text a line.")
+    texts = [line.strip() for line in texts_file.read_text(encoding="utf8").splitlines()]
+    texts = [text for text in texts if text]
+    if not texts:
+        raise CommandError(f"{texts_file} has no text: write one document per line.")
+    return texts
+
+
 @app.command()
 def optimize(
     pipeline_path: Annotated[Path, typer.Argument(help="A pipeline folder (nlp.to_disk).")],
@@ -116,6 +127,14 @@ def optimize(
     fallback: Annotated[
         bool, typer.Option(help="Fall back TensorRT -> CUDA -> CPU instead of failing.")
     ] = False,
+    calibration_file: Annotated[
+        Path | None,
+        typer.Option(help="openvino int8: UTF-8 texts like yours, one per line, to calibrate on."),
+    ] = None,
+    min_agreement: Annotated[
+        float | None,
+        typer.Option(help="openvino int8: least share of tokens whose tags/entities must stay."),
+    ] = None,
 ) -> None:
     """Build the pipeline's cache entries ahead of time (e.g. in a container image)."""
     from . import accelerate
@@ -129,6 +148,8 @@ def optimize(
             cache_dir=_cache_folder(cache_dir),
             device_id=device_id,
             fallback=fallback,
+            calibration_texts=_read_lines(calibration_file) if calibration_file else None,
+            min_agreement=min_agreement,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
             typer.echo(
@@ -139,6 +160,8 @@ def optimize(
             source = "cache hit" if exported.cache_hit else "exported"
             checked = (
                 f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+                + (f", mean {parity.worst_mean_cosine:.5f}" if parity.mean_cosine else "")
+                + (f", plan: {parity.plan}" if parity.plan else "")
                 if parity
                 else "not re-checked"
             )
@@ -165,14 +188,7 @@ def bench(
     from .benchmark import side_by_side, write_report
 
     with one_line_errors():
-        if not texts_file.is_file():
-            raise CommandError(
-                f"No texts file at {texts_file}: give a UTF-8 file, one text a line."
-            )
-        texts = [line.strip() for line in texts_file.read_text(encoding="utf8").splitlines()]
-        texts = [text for text in texts if text]
-        if not texts:
-            raise CommandError(f"{texts_file} has no text: write one document per line.")
+        texts = _read_lines(texts_file)
         nlp = _load_pipeline(pipeline_path)
         variants = {p: {"provider": provider, "precision": p} for p in precision}
         result = side_by_side(nlp, texts, variants, batch_size=batch_size, repeats=repeats)

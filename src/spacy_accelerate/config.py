@@ -70,8 +70,12 @@ DEFAULT_GPU_TOLERANCE = 1e-3
 #: token's hidden state and PyTorch's fp32 one.
 DEFAULT_MIN_COSINE = 0.99
 
-#: The gate of OpenVINO's calibrated int8.
+#: The gate of OpenVINO's calibrated int8: the mean token cosine over the pieces
+#: spaCy reads in the calibration documents (see :class:`~spacy_accelerate.gate.Gate`).
 DEFAULT_OPENVINO_INT8_MIN_COSINE = 0.995
+
+#: ... and the floor under every single piece of them, catching a broken model.
+CALIBRATED_COSINE_FLOOR = 0.95
 
 #: The pipeline's own tags and entities must agree this often with PyTorch's on the
 #: calibration documents for OpenVINO's int8 to be served.
@@ -138,6 +142,18 @@ class OptimizeConfig:
     fallback: bool = False
     #: OpenVINO int8's calibration texts (None: the built-in sample).
     calibration_texts: tuple[str, ...] | None = None
+    #: OpenVINO int8: the least share of calibration tokens whose tags and entities
+    #: must stay as PyTorch's (None: ``DEFAULT_MIN_AGREEMENT``).
+    min_agreement: float | None = None
+
+    @property
+    def agreement_bound(self) -> float:
+        return DEFAULT_MIN_AGREEMENT if self.min_agreement is None else self.min_agreement
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the model is quantized with statistics of real text (OpenVINO int8)."""
+        return self.provider is Provider.OPENVINO and self.precision is Precision.INT8
 
     @property
     def on_gpu(self) -> bool:
@@ -161,6 +177,8 @@ class OptimizeConfig:
         if self.precision is Precision.FP32:
             return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
         bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
+        if self.calibrated:
+            return Gate(min_cosine=min(CALIBRATED_COSINE_FLOOR, bound), min_mean_cosine=bound)
         return Gate(min_cosine=bound)
 
     def served_by(self, provider: Provider) -> OptimizeConfig:
@@ -201,6 +219,7 @@ def build_config(
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
     calibration_texts: Sequence[str] | None = None,
+    min_agreement: float | None = None,
 ) -> OptimizeConfig:
     """Validate the user's options; ``provider`` may still be ``auto`` here.
 
@@ -218,6 +237,16 @@ def build_config(
         raise InvalidOptionError(
             f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
             f"{DEFAULT_MIN_COSINE} for int8 and {DEFAULT_FP16_MIN_COSINE} for fp16."
+        )
+    if min_agreement is not None and not (
+        isinstance(min_agreement, int | float)
+        and not isinstance(min_agreement, bool)
+        and 0 < min_agreement <= 1
+    ):
+        raise InvalidOptionError(
+            f"min_agreement must be a number in (0, 1], got {min_agreement!r}; the default is "
+            f"{DEFAULT_MIN_AGREEMENT} (the share of calibration tokens whose tags and entities "
+            "must stay as PyTorch's for OpenVINO's int8)."
         )
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
@@ -237,6 +266,7 @@ def build_config(
         gpu=gpu_options,
         fallback=bool(fallback),
         calibration_texts=_parse_texts(calibration_texts),
+        min_agreement=float(min_agreement) if min_agreement is not None else None,
     )
 
 

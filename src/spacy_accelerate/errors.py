@@ -46,6 +46,16 @@ class AccuracyError(SpacyAccelerateError, RuntimeError):
     """A reduced-precision model lost more accuracy than the gate allows, so it is not served."""
 
 
+class AgreementError(AccuracyError):
+    """The reduced-precision pipeline annotated the calibration documents differently from
+    PyTorch more often than allowed."""
+
+    def __init__(self, message: str, *, finding: str) -> None:
+        super().__init__(message)
+        #: What was measured, in one clause (used when several plans are reported).
+        self.finding = finding
+
+
 class EngineBuildError(ProviderUnavailableError):
     """A provider is installed but could not build or run the model here (no usable GPU, a
     TensorRT engine that failed to build, a CUDA graph that could not be captured)."""

@@ -35,9 +35,10 @@ from .providers import ResolvedProvider
 from .quantize import quantize_int8
 from .runtime import EncoderSession
 from .session_layout import open_session, session_layout
+from .spot_check import SPOT_CHECK_FILE, load_spot_check, save_spot_check
 
 if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
-    from .calibration import Calibration
+    from .calibration import CalibrationSource
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -115,15 +116,20 @@ def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], N
 
 
 def _export_options(
-    config: OptimizeConfig, calibration: Calibration | None = None
+    config: OptimizeConfig, calibration: CalibrationSource | None = None
 ) -> dict[str, Any]:
     """The key's export options; OpenVINO's IR also depends on OpenVINO's release and on
-    what this CPU can do, and a calibrated int8 model on its calibration texts."""
+    what this CPU can do, and a calibrated int8 model on its calibration texts and on the
+    bounds its plan was chosen under."""
     options = config.export_options()
     if config.provider is Provider.OPENVINO:
         options["openvino"] = openvino_key()
     if calibration is not None:
         options["calibration_sha256"] = calibration.digest
+        options["accuracy_control"] = {
+            "min_mean_cosine": config.gate().min_mean_cosine,
+            "min_agreement": config.agreement_bound,
+        }
     return options
 
 
@@ -151,12 +157,16 @@ def get_or_export(
     *,
     window: int,
     buckets: BucketPlan | None = None,
-    calibration: Calibration | None = None,
+    calibration: CalibrationSource | None = None,
     judge: Judge | None = None,
 ) -> tuple[EncoderSession, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
-    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
+    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone). A
+    calibrated model is built on all its ``calibration`` and ``judge``d in the pipeline;
+    a cached one was, under the same texts and bounds (they are in the key), so a warm
+    start only spot-checks its token cosine on the first calibration items, stored in
+    the entry (no pipeline run).
     """
     start = time.perf_counter()
     spec = detected.spec
@@ -169,7 +179,7 @@ def get_or_export(
 
     gate = config.gate()
 
-    def build(folder: Path) -> None:
+    def build(folder: Path) -> dict[str, Any]:
         path = folder / MODEL_FILE
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
@@ -188,8 +198,9 @@ def get_or_export(
                 window=window,
                 gate=gate,
                 layout=layout,
-                calibration=calibration,
-                open_session=lambda model: open_session(model, provider, config, layout, cache),
+                calibration=calibration.full,
+                # Candidates keep no compiled blobs: all but one are thrown away.
+                open_session=lambda model: open_session(model, provider, config, layout, None),
                 judge=_provisional(judge, key, folder),
             )
         elif config.precision is Precision.INT8:
@@ -201,8 +212,11 @@ def get_or_export(
             path = _to_served_format(path, config.provider)
             session = open_session(path, provider, config, layout, cache)
             report = check_parity(module, detected, session, window=window, gate=gate)
+        if calibration is not None:
+            save_spot_check(calibration.full.items, folder)
         (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
         built.append((session, report))
+        return {"plan": report.plan} if report.plan else {}
 
     result = cache.get_or_build(key, inputs, build)
     if built:
@@ -213,10 +227,10 @@ def get_or_export(
     if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
         # stored under a looser gate than this call asks for.
-        batches = calibration.items if calibration is not None else None
+        batches = (
+            load_spot_check(result.entry.file(SPOT_CHECK_FILE)) if calibration is not None else None
+        )
         parity = check_parity(module, detected, session, window=window, gate=gate, batches=batches)
-        if judge is not None:
-            _provisional(judge, key, result.entry.path)(session)
     exported = ExportedModel(
         key=key,
         path=result.entry.path,

@@ -152,8 +152,11 @@ class OpenVINOSession:
         if cache_dir is not None:
             core.set_property({"CACHE_DIR": str(cache_dir)})
         hint = PRECISION_HINTS.get(config.precision, "f32")
+        # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
+        # content, so the blob made while the entry was built (in a temporary folder) is
+        # found again once the entry has its final name.
         self.compiled = core.compile_model(
-            str(model_path),
+            core.read_model(str(model_path)),
             "CPU",
             {
                 "INFERENCE_PRECISION_HINT": hint,

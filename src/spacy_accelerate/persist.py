@@ -48,6 +48,7 @@ class OptimizeRequest:
     gpu: dict[str, Any] | None = None
     #: OpenVINO int8's calibration texts as given (None: the built-in sample).
     calibration_texts: list[str] | None = None
+    min_agreement: float | None = None
 
     @classmethod
     def from_config(cls, config: OptimizeConfig, *, threads: int | None) -> OptimizeRequest:
@@ -65,6 +66,7 @@ class OptimizeRequest:
             fallback=config.fallback,
             gpu=config.gpu.as_dict(),
             calibration_texts=list(config.calibration_texts) if config.calibration_texts else None,
+            min_agreement=config.min_agreement,
         )
 
     def optimize_kwargs(self) -> dict[str, Any]:
@@ -148,6 +150,7 @@ def make_optimize_callback(
     fallback: bool = False,
     gpu: dict[str, Any] | None = None,
     calibration_texts: list[str] | None = None,
+    min_agreement: float | None = None,
     previous: Callable[[Language], Language] | None = None,
 ) -> Callable[[Language], Language]:
     """spaCy's ``after_pipeline_creation`` callback that accelerates the loaded pipeline."""
@@ -164,6 +167,7 @@ def make_optimize_callback(
         fallback=fallback,
         gpu=dict(gpu) if gpu is not None else None,
         calibration_texts=list(calibration_texts) if calibration_texts is not None else None,
+        min_agreement=min_agreement,
     )
     return AfterCreation(request=request, enabled=enabled, previous=previous)
 

@@ -83,14 +83,14 @@ def open_session(
     provider: ResolvedProvider,
     config: OptimizeConfig,
     layout: SessionLayout,
-    cache: ModelCache,
+    cache: ModelCache | None,
 ) -> EncoderSession:
     """A session over ``model``; TensorRT's build (or engine load) under the engine lock,
-    OpenVINO's compiled blobs kept under the cache dir."""
+    OpenVINO's compiled blobs kept under the cache dir (none without a ``cache``)."""
     if provider.provider is Provider.OPENVINO:
-        blobs = cache.compiled_dir(cpu_slug())
+        blobs = cache.compiled_dir(cpu_slug()) if cache is not None else None
         return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
-    if layout.engine_dir is None:
+    if layout.engine_dir is None or cache is None:
         return EncoderSession(model, provider, config, layout)
     with cache.engine_lock(layout.engine_dir):
         return EncoderSession(model, provider, config, layout)
