@@ -18,7 +18,7 @@ import torch
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
-from spacy_accelerate import accelerate, runtime
+from spacy_accelerate import accelerate, providers, runtime
 from spacy_accelerate.config import Provider, build_config
 from spacy_accelerate.errors import (
     ConversionError,
@@ -84,11 +84,13 @@ def test_fallback_never_serves_a_request_this_release_refuses(cpu_only):
     assert steps(build_config("cpu", "int8", fallback=True)) == [("cpu", "int8", False)]
 
 
-def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed):
+def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed, monkeypatch):
+    monkeypatch.setattr(providers, "cpu_vendor", lambda: "AuthenticAMD")
     assert steps(build_config("auto", "fp32")) == [
         ("tensorrt", "fp32", False),
         ("cuda", "fp32", False),
         ("cpu", "fp32", False),
+        ("openvino", "fp32", False),  # OpenVINO (a test dependency) serves the CPU too
     ]
     # fp16: only the GPU serves it; the CPU (at fp32) only when falling back is allowed.
     assert [s[:2] for s in steps(build_config("auto", "fp16"))] == [
@@ -96,8 +98,13 @@ def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed):
         ("cuda", "fp16"),
     ]
     assert steps(build_config("auto", "fp16", fallback=True))[-1] == ("cpu", "fp32", False)
-    # int8 is the CPU's alone.
-    assert steps(build_config("auto", "int8")) == [("cpu", "int8", False)]
+    # int8 is the CPU's: ONNX Runtime first on an AMD CPU, OpenVINO first on an Intel one.
+    assert steps(build_config("auto", "int8")) == [
+        ("cpu", "int8", False),
+        ("openvino", "int8", False),
+    ]
+    monkeypatch.setattr(providers, "cpu_vendor", lambda: "GenuineIntel")
+    assert steps(build_config("auto", "int8"))[0] == ("openvino", "int8", False)
 
 
 def test_auto_fp16_on_a_cpu_machine_falls_back_only_when_asked(cpu_only):

@@ -184,6 +184,21 @@ def _merged(reports: list[ParityReport]) -> ParityReport:
     )
 
 
+def _cosine_findings(report: ParityReport, gate: Gate) -> str:
+    """What missed the gate's cosine bounds, in words."""
+    findings = []
+    if gate.min_cosine is not None and not report.worst_cosine >= gate.min_cosine:
+        findings.append(
+            f"smallest token cosine similarity {report.worst_cosine:.5f} < {gate.min_cosine:g}"
+        )
+    if gate.min_mean_cosine is not None and not report.worst_mean_cosine >= gate.min_mean_cosine:
+        findings.append(
+            "mean token cosine over the pieces spaCy reads "
+            f"{report.worst_mean_cosine:.5f} < {gate.min_mean_cosine:g}"
+        )
+    return "; ".join(findings) or f"outputs that are not numbers ({gate.describe()})"
+
+
 def check_parity(
     module: torch.nn.Module,
     detected: DetectedEncoder,
@@ -212,9 +227,7 @@ def check_parity(
     if gate.min_cosine is not None or gate.min_mean_cosine is not None:
         raise AccuracyError(
             f"The reduced-precision {spec.family} model drifts too far from the PyTorch module: "
-            f"it must meet {gate.describe()}, but its smallest token cosine similarity is "
-            f"{report.worst_cosine:.5f} and its mean over the pieces spaCy reads "
-            f"{report.worst_mean_cosine:.5f} (largest absolute difference {report.worst:.3g}) "
+            f"{_cosine_findings(report, gate)} (largest absolute difference {report.worst:.3g}) "
             "on padded batches of "
             f"{report.batch_shape} rows x pieces ({report.per_output()}). It was not served; "
             "the pipeline is unchanged. Use precision='fp32', or lower min_cosine if this "
