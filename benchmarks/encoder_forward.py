@@ -19,7 +19,6 @@ import argparse
 import shutil
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from curated_transformers.models.curated_transformer import CuratedTransformer
 from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
-from spacy_accelerate.benchmark import write_report
+from spacy_accelerate.benchmark import alternate, write_report
 from spacy_accelerate.buckets import BucketPlan
 from spacy_accelerate.config import build_config
 from spacy_accelerate.encoder_inputs import EncoderInputs
@@ -140,12 +139,7 @@ def main() -> None:
             report = compare(produced, reference, spec, inputs, Gate())
             cosines[name] = (report.worst_cosine, report.worst)
 
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for _ in range(args.repeats):
-            for name, run in variants.items():
-                start = time.perf_counter()
-                run()
-                times[name].append(time.perf_counter() - start)
+        times = alternate(variants, args.repeats)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import spacy  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import write_report  # noqa: E402
+from spacy_accelerate.benchmark import alternate, write_report  # noqa: E402
 from spacy_accelerate.calibration import record_calls  # noqa: E402
 from spacy_accelerate.encoder_inputs import EncoderInputs  # noqa: E402
 from spacy_accelerate.openvino_runtime import IR_FILE, import_openvino  # noqa: E402
@@ -125,12 +125,7 @@ def main() -> None:
     variants = {"dynamic shapes": run_dynamic, "static buckets": run_buckets}
     for run in variants.values():  # warm-up
         run()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
-        for name, run in variants.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+    times = alternate(variants, args.repeats)
     base = pieces / statistics.median(times["dynamic shapes"])
     report = {
         "pipeline": args.pipeline,

@@ -11,7 +11,18 @@ from spacy.tokens import Doc
 from spacy_accelerate.doc_outputs import all_hidden_states as all_hidden
 from spacy_accelerate.doc_outputs import last_hidden_state as last_hidden
 
-__all__ = ["all_hidden", "annotations", "disagreements", "last_hidden", "max_abs_diff", "run"]
+__all__ = [
+    "EDGE_TEXTS",
+    "all_hidden",
+    "annotations",
+    "disagreements",
+    "last_hidden",
+    "max_abs_diff",
+    "run",
+    "run_each",
+    "same_result",
+]
+
 
 Annotation = tuple[str, str, str, int, str, str]
 
@@ -73,3 +84,31 @@ def disagreements(
             ]
         out.extend(differing)
     return out
+
+
+#: Texts at the edges: empty, whitespace only, one emoji, far longer than a span window.
+EDGE_TEXTS = ["", "   ", "\U0001f600", ("The quick brown fox, in New York. " * 600)[:20_000]]
+
+
+def run_each(nlp: Language, texts: list[str]) -> list[object]:
+    """Each text alone through ``nlp``: its doc, or the exception it raised.
+
+    A whitespace-only text makes spaCy's own listener pooling fail in the
+    PyTorch pipeline (thinc's reduce_mean on an empty batch); the accelerated
+    pipeline must then fail in exactly the same way, not differently.
+    """
+    results: list[object] = []
+    for text in texts:
+        try:
+            results.append(nlp(text))
+        except Exception as error:  # compared below, type and message
+            results.append(error)
+    return results
+
+
+def same_result(expected: object, actual: object, tolerance: float = 1e-4) -> bool:
+    if isinstance(expected, Exception) or isinstance(actual, Exception):
+        return type(expected) is type(actual) and str(expected) == str(actual)
+    return max_abs_diff([expected], [actual]) <= tolerance and not disagreements(
+        [expected], [actual]
+    )

@@ -1,15 +1,15 @@
-"""``provider="openvino"``: the OpenVINO runtime on the CPU, fp32 and bf16."""
+"""``provider="openvino"``: the OpenVINO runtime on the CPU: fp32, bf16 and calibrated int8."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
-import re
 
 import numpy as np
 import pytest
 import spacy
-from annotations import disagreements, max_abs_diff, run
+from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, same_result
 
 import spacy_accelerate
 from spacy_accelerate import calibration, exported, openvino_runtime
@@ -42,6 +42,20 @@ def test_fp32_matches_pytorch(
     actual = run(nlp, texts, batch_size=8)
     assert max_abs_diff(expected, actual) <= 1e-4
     assert disagreements(expected, actual, nlp) == []
+
+
+def test_texts_at_the_edges_give_what_pytorch_gives(
+    sample_path: Callable[[str], Path], cache_dir: Path
+):
+    # Empty, whitespace only (PyTorch's own listener fails on it: so must this), one
+    # emoji, and a text far longer than a span window.
+    nlp = spacy.load(sample_path("roberta"))
+    expected = run_each(nlp, EDGE_TEXTS)
+    spacy_accelerate.optimize(nlp, "openvino", "fp32", cache_dir=cache_dir)
+    actual = run_each(nlp, EDGE_TEXTS)
+    for text, want, got in zip(EDGE_TEXTS, expected, actual, strict=True):
+        assert same_result(want, got), (text[:20], want, got)
+    assert isinstance(expected[1], Exception) and not isinstance(expected[3], Exception)
 
 
 def test_bf16_keeps_token_cosine(
@@ -171,6 +185,23 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     warm = spacy_accelerate.accelerated_components(again)["transformer"].exported
     assert warm.cache_hit and warm.key == proxy.exported.key
     assert disagreements(actual, run(again, texts, 8), again) == []
+    # The warm start's spot check runs the stored calibration items: a runtime that
+    # computes differently from the one the model was proven with is caught there.
+    real_run = OpenVINORunner.run_arrays
+
+    def drifting(self, feeds, names):
+        noise = np.random.default_rng(0)
+        return [a + noise.normal(0, a.std() * 0.5, a.shape) for a in real_run(self, feeds, names)]
+
+    monkeypatch.setattr(OpenVINORunner, "run_arrays", drifting)
+    with pytest.raises(AccuracyError, match="mean token cosine over the pieces spaCy reads"):
+        spacy_accelerate.optimize(
+            spacy.load(sample_path("roberta")),
+            "openvino",
+            "int8",
+            cache_dir=cache_dir,
+            min_agreement=0.95,
+        )
     # The bounds a plan was chosen under are part of the key: the default agreement is
     # another entry, built and refused here, never the looser model served.
     monkeypatch.undo()

@@ -14,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
-from annotations import disagreements, last_hidden, max_abs_diff, run
+from annotations import (
+    EDGE_TEXTS,
+    disagreements,
+    last_hidden,
+    max_abs_diff,
+    run,
+    run_each,
+    same_result,
+)
 
 import spacy_accelerate
 from spacy_accelerate.shim import find_shim, find_span_settings
@@ -22,31 +30,6 @@ from spacy_accelerate.validate import find_transformer_components
 
 BATCH_SIZES = (1, 7, 64)
 TOLERANCE = 1e-4
-EDGE_TEXTS = ["", "   ", "\U0001f600", ("The quick brown fox, in New York. " * 600)[:20_000]]
-
-
-def run_each(nlp: spacy.language.Language, texts: list[str]) -> list[object]:
-    """Each text alone through ``nlp``: its doc, or the exception it raised.
-
-    A whitespace-only text makes spaCy's own listener pooling fail in the
-    PyTorch pipeline (thinc's reduce_mean on an empty batch); the accelerated
-    pipeline must then fail in exactly the same way, not differently.
-    """
-    results: list[object] = []
-    for text in texts:
-        try:
-            results.append(nlp(text))
-        except Exception as error:  # compared below, type and message
-            results.append(error)
-    return results
-
-
-def same_result(expected: object, actual: object) -> bool:
-    if isinstance(expected, Exception) or isinstance(actual, Exception):
-        return type(expected) is type(actual) and str(expected) == str(actual)
-    return max_abs_diff([expected], [actual]) <= TOLERANCE and not disagreements(
-        [expected], [actual]
-    )
 
 
 class Outcome:

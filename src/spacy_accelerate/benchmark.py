@@ -164,6 +164,18 @@ def side_by_side(
     )
 
 
+def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each of ``repeats`` calls of every variant, taken in turn, so that a
+    shared, noisy machine slows them all alike."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
 def write_report(report: dict[str, Any], output: Path | None) -> None:
     """Print a benchmark's JSON report and, when asked, keep it under ``output``."""
     text = json.dumps(report, indent=2)

@@ -95,6 +95,7 @@ def doctor(cache_dir: CacheDir = None) -> None:
         typer.echo(f"  {status.provider.value:9s} {mark}  {status.detail}")
     runtimes = ", ".join(found.onnxruntime_providers) or "onnxruntime not installed"
     typer.echo(f"  (ONNX Runtime execution providers: {runtimes})")
+    typer.echo(f"cpu: {found.cpu}")
     typer.echo(f"gpu: {found.gpu}")
     typer.echo(
         f"cache: {found.cache_dir} ({found.cache_entries} models, "

@@ -15,7 +15,8 @@ from .cache import default_cache_dir
 from .cached import cache_size, list_cached
 from .config import Precision, Provider, build_config
 from .errors import InvalidOptionError, ProviderUnavailableError
-from .providers import INSTALL_HINTS, check_provider, listed_providers
+from .openvino_runtime import cpu_capabilities
+from .providers import INSTALL_HINTS, check_provider, cpu_order, cpu_vendor, listed_providers
 
 #: Packages whose versions matter for a report.
 PACKAGES = (
@@ -28,6 +29,7 @@ PACKAGES = (
     "onnx",
     "onnxruntime",
     "openvino",
+    "nncf",
 )
 
 
@@ -47,6 +49,7 @@ class Diagnosis:
     cache_entries: int
     cache_bytes: int
     onnxruntime_providers: list[str] = field(default_factory=list)
+    cpu: str = ""
 
 
 def _version(module: str) -> str | None:
@@ -92,6 +95,17 @@ def _driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
+def _cpu() -> str:
+    """The CPU's vendor, what OpenVINO can run on it, and where ``auto`` sends int8."""
+    vendor = cpu_vendor() or "unknown vendor"
+    try:
+        capabilities = ", ".join(sorted(cpu_capabilities()))
+    except Exception:  # OpenVINO missing or broken: the report must still come
+        capabilities = "OpenVINO not installed"
+    auto_int8 = cpu_order(Precision.INT8, cpu_vendor())[0].value
+    return f"{vendor} ({capabilities}); auto serves int8 with {auto_int8} first"
+
+
 def _provider_status(provider: Provider) -> ProviderStatus:
     try:
         check_provider(build_config(provider, Precision.FP32))
@@ -113,6 +127,7 @@ def diagnose(cache_dir: Path | None = None) -> Diagnosis:
         versions=versions,
         providers=providers,
         gpu=_gpu(),
+        cpu=_cpu(),
         cache_dir=folder,
         cache_entries=len(list_cached(folder)),
         cache_bytes=cache_size(folder),

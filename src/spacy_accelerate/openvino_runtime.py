@@ -8,9 +8,12 @@ keeps compiled blobs under the cache dir, so a warm start skips compilation.
 Infer requests are made per thread (one request may not run twice at once)
 and the thread count is the process's CPU affinity, as for ONNX Runtime.
 
-OpenVINO is run directly, not through ONNX Runtime's OpenVINO provider: the
-``openvino`` wheel installs next to ``onnxruntime`` (``onnxruntime-openvino``
-replaces it), and the direct API is what NNCF quantizes.
+OpenVINO is run directly, not through ONNX Runtime's OpenVINO provider:
+both ran at the same speed (``benchmarks/openvino_ep.py``), the ``openvino``
+wheel installs next to ``onnxruntime`` (``onnxruntime-openvino`` replaces
+it), and the direct API is what NNCF quantizes. The model keeps dynamic batch
+and length axes: static models per bucket were slower on the CPU
+(``benchmarks/openvino_shapes.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .encoder_inputs import EncoderInputs
 from .errors import InvalidOptionError, ProviderUnavailableError
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider
+from .runtime import host_arrays
 
 #: The IR files of an OpenVINO cache entry.
 IR_FILE = "model.xml"
@@ -49,14 +53,6 @@ def import_openvino() -> ModuleType:
         raise ProviderUnavailableError(
             f"OpenVINO is not installed ({error}). Install it with: {INSTALL_HINT}"
         ) from error
-
-
-def openvino_available() -> bool:
-    try:
-        import_openvino()
-    except ProviderUnavailableError:
-        return False
-    return True
 
 
 def cpu_capabilities() -> frozenset[str]:
@@ -126,10 +122,7 @@ class OpenVINORunner:
     def run(
         self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
     ) -> list[torch.Tensor]:
-        arrays = {
-            name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False)
-            for name in self.input_names
-        }
+        arrays = host_arrays(feeds, self.input_names)
         return [torch.from_numpy(array) for array in self.run_arrays(arrays, names)]
 
 

@@ -39,6 +39,11 @@ class TensorRunner(Protocol):
     ) -> list[torch.Tensor]: ...
 
 
+def host_arrays(feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The int64 numpy arrays a CPU runtime takes (no copy for CPU int64 tensors)."""
+    return {name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False) for name in names}
+
+
 class HostRunner:
     """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back."""
 
@@ -49,10 +54,7 @@ class HostRunner:
     def run(
         self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
     ) -> list[torch.Tensor]:
-        arrays = {
-            name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False)
-            for name in self.input_names
-        }
+        arrays = host_arrays(feeds, self.input_names)
         return [torch.from_numpy(array) for array in self.session.run(list(names), arrays)]
 
 
