@@ -44,8 +44,10 @@ def test_errors_share_one_base():
         ProviderUnavailableError,
         UnsupportedArchitectureError,
         spacy_accelerate.CacheError,
+        spacy_accelerate.AgreementError,
     ):
         assert issubclass(error, SpacyAccelerateError)
+    assert issubclass(spacy_accelerate.AgreementError, spacy_accelerate.AccuracyError)
 
 
 def test_no_transformer_names_the_components_found():

@@ -11,6 +11,7 @@ from .cached import CachedModel, cache_size, clear_cache, list_cached
 from .config import OptimizeConfig, Precision, Provider
 from .errors import (
     AccuracyError,
+    AgreementError,
     CacheError,
     ConversionError,
     EngineBuildError,
@@ -27,6 +28,7 @@ from .gpu_options import GpuOptions, TensorRTOptions
 __all__ = [
     "__version__",
     "AccuracyError",
+    "AgreementError",
     "CacheError",
     "CachedModel",
     "EngineBuildError",
