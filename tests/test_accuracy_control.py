@@ -11,13 +11,15 @@ import pytest
 import spacy
 
 from spacy_accelerate import providers
+from spacy_accelerate.calibration import CalibrationSource
 from spacy_accelerate.config import Precision, Provider, build_config
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.export import export_onnx
 from spacy_accelerate.gate import Gate, recorded_report_meets
 from spacy_accelerate.openvino_quantize import FloatLayers, matmuls_by_layer, plan_ladder
 from spacy_accelerate.parity import read_pieces
 from spacy_accelerate.shim import find_shim
+from spacy_accelerate.spot_check import spot_check_gate
 from spacy_accelerate.validate import find_transformer_components
 
 
@@ -137,3 +139,47 @@ def test_the_cpu_vendor_is_read_here():
     assert vendor == "" or vendor.isalnum()
     if Path("/proc/cpuinfo").exists():
         assert vendor in Path("/proc/cpuinfo").read_text()
+
+
+def test_read_pieces_find_the_end_marker_past_padding_inside_a_row():
+    # A padding id inside a row (spacy-transformers masks by the mask, not by position).
+    read = read_pieces(np.array([[1, 1, 0, 1, 1]]))
+    assert read.tolist() == [[False, True, False, True, False]]
+
+
+def test_a_warm_spot_check_holds_the_stored_batches_to_their_own_figure():
+    gate = Gate(min_cosine=0.95, min_mean_cosine=0.995)
+    # Two batches may average below the bound the whole calibration set met.
+    assert spot_check_gate(gate, 0.9941) == Gate(min_cosine=0.95, min_mean_cosine=0.9931)
+    assert spot_check_gate(gate, 0.9999) == gate  # never more than the full bound
+    assert spot_check_gate(gate, None) == gate  # an entry from before: the full bound
+    assert spot_check_gate(Gate(min_cosine=0.99), 0.9) == Gate(min_cosine=0.99)
+
+
+def test_calibration_texts_must_be_real_texts():
+    for bad in ([""], ["a text", "   "], (text for text in ()), "one text"):
+        with pytest.raises(InvalidOptionError, match="non-blank strings"):
+            build_config("openvino", "int8", calibration_texts=bad)
+    generated = build_config("openvino", "int8", calibration_texts=(t for t in ["a", "b"]))
+    assert generated.calibration_texts == ("a", "b")  # a generator is read once, kept whole
+
+
+def test_openvino_is_listed_without_onnxruntime(monkeypatch: pytest.MonkeyPatch):
+    def missing():
+        raise ProviderUnavailableError("ONNX Runtime is not installed")
+
+    monkeypatch.setattr(providers, "import_onnxruntime", missing)
+    assert providers.listed_providers() == {Provider.OPENVINO}
+
+
+def test_the_key_follows_the_heads_the_agreement_judges(sample_path: Callable[[str], Path]):
+    def judged_by(nlp: spacy.language.Language) -> str:
+        location = find_shim(find_transformer_components(nlp)[0])
+        return CalibrationSource(nlp, location, None, ("a text",)).judged_by
+
+    first, second = spacy.load(sample_path("roberta")), spacy.load(sample_path("roberta"))
+    assert judged_by(first) == judged_by(second)
+    tagger = second.get_pipe("tagger").model
+    node = next(node for node in tagger.walk() if node.has_param("W") and node.get_param("W").size)
+    node.set_param("W", node.get_param("W") + 0.01)
+    assert judged_by(first) != judged_by(second)

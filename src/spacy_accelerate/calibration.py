@@ -11,6 +11,7 @@ Without ``calibration_texts`` a built-in sample of UD English-EWT is used.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,6 +30,7 @@ from .errors import AgreementError
 from .patch import patch, revert
 from .proxy import ALL_LAYERS_KWARG, make_proxy
 from .shim import ShimLocation
+from .validate import transformer_components
 
 #: Rows per calibration item: small batches give the quantizer many samples.
 ROWS_PER_ITEM = 8
@@ -132,6 +134,20 @@ class CalibrationSource:
     @cached_property
     def digest(self) -> str:
         return texts_digest(self.texts)
+
+    @cached_property
+    def judged_by(self) -> str:
+        """SHA256 of what decides the plan besides the transformer and the texts: the
+        components' settings (span windows shape the calibration batches) and the other
+        components' weights (the agreement gate judges their annotations)."""
+        digest = hashlib.sha256()
+        settings = json.dumps(self.nlp.config.get("components", {}), sort_keys=True, default=str)
+        digest.update(settings.encode("utf8"))
+        transformers = {id(component.pipe) for component in transformer_components(self.nlp)}
+        for name, component in self.nlp.components:
+            if id(component) not in transformers and hasattr(component, "to_bytes"):
+                digest.update(name.encode("utf8") + b"\0" + component.to_bytes())
+        return digest.hexdigest()
 
     @cached_property
     def full(self) -> Calibration:

@@ -172,8 +172,9 @@ class OptimizeConfig:
         return options
 
     def gate(self) -> Gate:
-        """fp32 must match PyTorch within the tolerance; fp16 and int8 must keep every
-        token's direction (cosine)."""
+        """fp32 must match PyTorch within the tolerance; fp16, bf16 and int8 must keep every
+        token's direction (cosine); calibrated int8 is held to the mean over the pieces spaCy
+        reads, with a floor under every piece (see :class:`~.gate.Gate`)."""
         if self.precision is Precision.FP32:
             return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
         bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
@@ -236,7 +237,8 @@ def build_config(
     if min_cosine is not None and not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
         raise InvalidOptionError(
             f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
-            f"{DEFAULT_MIN_COSINE} for int8 and {DEFAULT_FP16_MIN_COSINE} for fp16."
+            f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_OPENVINO_INT8_MIN_COSINE} for OpenVINO's "
+            f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16."
         )
     if min_agreement is not None and not (
         isinstance(min_agreement, int | float)
@@ -273,12 +275,13 @@ def build_config(
 def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
     if texts is None:
         return None
-    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts) or not texts:
+    chosen = () if isinstance(texts, str) else tuple(texts)  # a generator is read once
+    if not chosen or not all(isinstance(text, str) and text.strip() for text in chosen):
         raise InvalidOptionError(
-            "calibration_texts must be a non-empty list of strings (texts like the ones you "
-            "will process), or None for the built-in English sample."
+            "calibration_texts must be a non-empty list of non-blank strings (texts like the "
+            "ones you will process), or None for the built-in English sample."
         )
-    return tuple(texts)
+    return chosen
 
 
 def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:

@@ -1,8 +1,10 @@
-"""Step 6: get the exported ONNX model from the cache, or convert, export and store it.
+"""Step 6: get the exported model from the cache, or convert, export and store it.
 
-A miss converts the curated encoder to Hugging Face, exports it, fuses it
-and proves parity *before* the cache entry is committed, so a model that
-fails the gate is never stored. A hit is verified against its manifest by
+A miss converts the curated encoder to Hugging Face, exports it to ONNX,
+fuses or quantizes it (for OpenVINO: converts it to IR, and for int8
+calibrates and quantizes it under accuracy control) and proves parity
+*before* the cache entry is committed, so a model that fails the gate is
+never stored. A hit is verified against its manifest by
 the cache and, unless ``verify=False``, against the live PyTorch module.
 """
 
@@ -35,7 +37,7 @@ from .providers import ResolvedProvider
 from .quantize import quantize_int8
 from .runtime import EncoderSession
 from .session_layout import open_session, session_layout
-from .spot_check import SPOT_CHECK_FILE, load_spot_check, save_spot_check
+from .spot_check import SPOT_CHECK_FILE, load_spot_check, save_spot_check, spot_check_gate
 
 if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
     from .calibration import CalibrationSource
@@ -57,13 +59,19 @@ class ExportedModel:
     parity: ParityReport | None
 
 
-def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
-    """Whether the parity the entry was stored with proves ``gate``; False if not on record."""
+def _recorded(entry: CacheEntry) -> dict[str, Any]:
+    """The parity report the entry was stored with; empty when it cannot be read."""
     try:
         report = json.loads(entry.file(PARITY_FILE).read_text())
     except (ValueError, OSError):
-        return False
-    return recorded_report_meets(report, gate)
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
+    """Whether the parity the entry was stored with proves ``gate``; False if not on record."""
+    report = _recorded(entry)
+    return bool(report) and recorded_report_meets(report, gate)
 
 
 def _quantize_within_gate(
@@ -126,6 +134,7 @@ def _export_options(
         options["openvino"] = openvino_key()
     if calibration is not None:
         options["calibration_sha256"] = calibration.digest
+        options["judged_by_sha256"] = calibration.judged_by
         options["accuracy_control"] = {
             "min_mean_cosine": config.gate().min_mean_cosine,
             "min_agreement": config.agreement_bound,
@@ -212,9 +221,14 @@ def get_or_export(
             path = _to_served_format(path, config.provider)
             session = open_session(path, provider, config, layout, cache)
             report = check_parity(module, detected, session, window=window, gate=gate)
+        recorded = report.as_dict()
         if calibration is not None:
-            save_spot_check(calibration.full.items, folder)
-        (folder / PARITY_FILE).write_text(json.dumps(report.as_dict(), indent=2))
+            spot = save_spot_check(calibration.full.items, folder)
+            measured = check_parity(
+                module, detected, session, window=window, gate=Gate(), batches=spot
+            )
+            recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
+        (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         built.append((session, report))
         return {"plan": report.plan} if report.plan else {}
 
@@ -227,10 +241,13 @@ def get_or_export(
     if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
         # A hit is checked again unless told not to; and always when it was
         # stored under a looser gate than this call asks for.
-        batches = (
-            load_spot_check(result.entry.file(SPOT_CHECK_FILE)) if calibration is not None else None
+        batches, checked = None, gate
+        if calibration is not None:
+            batches = load_spot_check(result.entry.file(SPOT_CHECK_FILE))
+            checked = spot_check_gate(gate, _recorded(result.entry).get("spot_check_mean_cosine"))
+        parity = check_parity(
+            module, detected, session, window=window, gate=checked, batches=batches
         )
-        parity = check_parity(module, detected, session, window=window, gate=gate, batches=batches)
     exported = ExportedModel(
         key=key,
         path=result.entry.path,

@@ -39,7 +39,7 @@ import torch
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
 from .config import OptimizeConfig
-from .errors import AccuracyError, AgreementError, ProviderUnavailableError
+from .errors import AccuracyError, AgreementError, ConversionError, ProviderUnavailableError
 from .gate import Gate
 from .openvino_runtime import INSTALL_HINT, IR_FILE, import_openvino
 from .parity import ParityReport, check_parity, reference_outputs
@@ -67,23 +67,21 @@ def matmuls_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, lis
     outputs depend on: layer k's nodes feed ``hidden_state_k`` but not ``hidden_state_{k-1}``.
     No node names are read, so every family's export is split the same way."""
     producers = {out: node for node in graph.graph.node for out in node.output}
-    ancestors: list[set[str]] = []
-    seen: set[str] = set()
+    ancestors: list[set[int]] = []
+    seen: set[int] = set()  # node identities: a node's name may be empty
     for name in spec.hidden_state_names:  # each layer's ancestors include the previous ones
         stack = [name]
         while stack:
             node = producers.get(stack.pop())
-            if node is not None and node.name not in seen:
-                seen.add(node.name)
+            if node is not None and id(node) not in seen:
+                seen.add(id(node))
                 stack.extend(node.input)
         ancestors.append(set(seen))
     layers: dict[int, list[str]] = {}
     for layer in range(1, len(ancestors)):
         fresh = ancestors[layer] - ancestors[layer - 1]
         layers[layer] = [
-            node.name
-            for node in graph.graph.node
-            if node.op_type == "MatMul" and node.name in fresh
+            node.name for node in graph.graph.node if node.op_type == "MatMul" and id(node) in fresh
         ]
     return layers
 
@@ -139,12 +137,22 @@ def quantize_within_gate(
 ) -> tuple[Any, ParityReport]:
     """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
     plan with the fewest float layers that passes ``gate`` and ``judge`` (the pipeline's
-    agreement); the ONNX file and every other candidate are removed."""
+    agreement); then the ONNX file and every other candidate are removed (on a refusal
+    the cache removes the whole build folder)."""
     ov, nncf = import_openvino(), import_nncf()
     float_model = ov.convert_model(str(onnx_path))
     names = [port.any_name for port in float_model.inputs]
     dataset = nncf.Dataset([item.feeds(names) for item in calibration.items])
     by_layer = matmuls_by_layer(onnx.load(str(onnx_path), load_external_data=False), detected.spec)
+    present = {op.get_friendly_name() for op in float_model.get_ops()}
+    missing = [name for names in by_layer.values() for name in names if name not in present]
+    if missing or not all(by_layer.values()):
+        # A plan naming nodes OpenVINO does not have would quantize everything silently.
+        raise ConversionError(
+            f"OpenVINO's model lacks the MatMul nodes of the export ({missing[:3]}), so layers "
+            "cannot be kept in float. Please report this with your openvino and nncf versions; "
+            "use precision='bf16' or provider='cpu' meanwhile."
+        )
     items = calibration.items
     references = [reference_outputs(module, detected, item) for item in items]
     folder = onnx_path.parent

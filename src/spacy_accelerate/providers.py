@@ -110,7 +110,10 @@ def torch_cuda_problem() -> str | None:
 def listed_providers() -> set[Provider]:
     """The providers present here: ONNX Runtime's execution providers of this build, and
     OpenVINO when its package is installed (it runs on its own runtime)."""
-    present = set(import_onnxruntime().get_available_providers())
+    try:
+        present = set(import_onnxruntime().get_available_providers())
+    except ProviderUnavailableError:  # OpenVINO alone needs no ONNX Runtime
+        present = set()
     found = {provider for provider, name in ORT_PROVIDER_NAMES.items() if name in present}
     if importlib.util.find_spec("openvino") is not None:
         found.add(Provider.OPENVINO)
@@ -168,6 +171,10 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
             f"Install it with: {INSTALL_HINTS[provider]}"
         )
     check_supported(provider, config.precision)
+    if provider is Provider.OPENVINO:  # bf16 needs the CPU's bf16 units: say so before exporting
+        from .openvino_runtime import check_precision  # it imports this module
+
+        check_precision(config.precision)
     return ResolvedProvider(
         provider=provider,
         precision=config.precision,
