@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,6 +134,16 @@ def test_missing_onnxruntime_says_what_to_install(
         return real_import(name, *args)
 
     monkeypatch.setattr(providers_module.importlib, "import_module", without_onnxruntime)
+    with pytest.raises(ProviderUnavailableError, match=r"spacy-accelerate\[cpu\]"):
+        spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
+    # auto would serve with OpenVINO (a test dependency) alone; without it too, it says what
+    # to install.
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "openvino" else real_find_spec(name, *a),
+    )
     with pytest.raises(ProviderUnavailableError, match=r"spacy-accelerate\[cpu\]"):
         spacy_accelerate.optimize(bert, provider="auto", cache_dir=cache_dir)
 

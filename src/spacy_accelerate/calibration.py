@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -145,13 +145,28 @@ class CalibrationSource:
         digest.update(settings.encode("utf8"))
         transformers = {id(component.pipe) for component in transformer_components(self.nlp)}
         for name, component in self.nlp.components:
-            if id(component) not in transformers and hasattr(component, "to_bytes"):
-                digest.update(name.encode("utf8") + b"\0" + component.to_bytes())
+            if id(component) not in transformers:
+                digest.update(name.encode("utf8") + b"\0")
+                for part in _head_state(component):
+                    digest.update(part)
         return digest.hexdigest()
 
     @cached_property
     def full(self) -> Calibration:
         return record_calibration(self.nlp, self.location, self.spec, self.texts)
+
+
+def _head_state(component: Any) -> Iterator[bytes]:
+    """A component's weights and labels, in a stable order. Not ``to_bytes()``: that
+    also holds state that changes as the pipeline runs (the vocab, parser caches)."""
+    model = getattr(component, "model", None)
+    if model is not None and hasattr(model, "walk"):
+        for node in model.walk():
+            for name in node.param_names:
+                if node.has_param(name):
+                    yield name.encode("utf8")
+                    yield np.ascontiguousarray(model.ops.to_numpy(node.get_param(name))).tobytes()
+    yield json.dumps(sorted(map(str, getattr(component, "labels", ()) or ()))).encode("utf8")
 
 
 def calibration_for(
