@@ -202,11 +202,8 @@ def get_or_export(
                 path,
                 module,
                 detected,
-                config,
-                provider,
                 window=window,
                 gate=gate,
-                layout=layout,
                 calibration=calibration.full,
                 # Candidates keep no compiled blobs: all but one are thrown away.
                 open_session=lambda model: open_session(model, provider, config, layout, None),

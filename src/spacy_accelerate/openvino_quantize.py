@@ -26,7 +26,6 @@ hint gave bit-identical outputs in our trials: the CPU plugin did not apply it).
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -38,13 +37,12 @@ import torch
 
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
-from .config import OptimizeConfig
-from .errors import AccuracyError, AgreementError, ConversionError, ProviderUnavailableError
+from .config import Provider
+from .errors import AccuracyError, AgreementError, ConversionError
 from .gate import Gate
-from .openvino_runtime import INSTALL_HINT, IR_FILE, import_openvino
+from .openvino_runtime import IR_FILE, import_openvino
 from .parity import ParityReport, check_parity, reference_outputs
-from .provider_options import SessionLayout
-from .providers import ResolvedProvider
+from .providers import import_runtime
 
 if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
     from .calibration import Calibration
@@ -53,13 +51,8 @@ logger = logging.getLogger("spacy_accelerate")
 
 
 def import_nncf() -> Any:
-    try:
-        return importlib.import_module("nncf")
-    except ImportError as error:
-        raise ProviderUnavailableError(
-            f"NNCF is not installed ({error}); OpenVINO's int8 needs it. Install it with: "
-            f"{INSTALL_HINT}"
-        ) from error
+    """NNCF makes OpenVINO's int8 (it comes with the same extra)."""
+    return import_runtime("nncf", "NNCF (OpenVINO's int8 needs it)", Provider.OPENVINO)
 
 
 def matmuls_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[str]]:
@@ -125,14 +118,11 @@ def quantize_within_gate(
     onnx_path: Path,
     module: torch.nn.Module,
     detected: DetectedEncoder,
-    config: OptimizeConfig,
-    provider: ResolvedProvider,
     *,
     window: int,
     gate: Gate,
-    layout: SessionLayout,
     calibration: Calibration,
-    open_session: Any,
+    open_session: Callable[[Path], Any],
     judge: Callable[[Any], None] | None = None,
 ) -> tuple[Any, ParityReport]:
     """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import OptimizeConfig, Precision
+from .config import OptimizeConfig, Precision, Provider
 from .encoder_inputs import EncoderInputs
-from .errors import InvalidOptionError, ProviderUnavailableError
+from .errors import InvalidOptionError
 from .provider_options import SessionLayout
-from .providers import ResolvedProvider
+from .providers import ResolvedProvider, import_runtime
 from .runtime import host_arrays
 
 #: The IR files of an OpenVINO cache entry.
@@ -43,16 +43,9 @@ IR_WEIGHTS = "model.bin"
 #: OpenVINO's CPU precision hint per precision served.
 PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: "bf16"}
 
-INSTALL_HINT = "pip install 'spacy-accelerate[openvino]'  (installs openvino and nncf)"
-
 
 def import_openvino() -> ModuleType:
-    try:
-        return importlib.import_module("openvino")
-    except ImportError as error:
-        raise ProviderUnavailableError(
-            f"OpenVINO is not installed ({error}). Install it with: {INSTALL_HINT}"
-        ) from error
+    return import_runtime("openvino", "OpenVINO", Provider.OPENVINO)
 
 
 def cpu_capabilities() -> frozenset[str]:

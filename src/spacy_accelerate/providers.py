@@ -84,15 +84,18 @@ class ResolvedProvider:
     ort_providers: tuple[str, ...]
 
 
-def import_onnxruntime() -> ModuleType:
-    """Import onnxruntime, or say how to install it."""
+def import_runtime(module: str, what: str, provider: Provider) -> ModuleType:
+    """Import an optional runtime package, or say which extra installs it."""
     try:
-        return importlib.import_module("onnxruntime")
+        return importlib.import_module(module)
     except ImportError as error:
         raise ProviderUnavailableError(
-            f"ONNX Runtime is not installed ({error}). Install it with: "
-            f"{INSTALL_HINTS[Provider.CPU]}"
+            f"{what} is not installed ({error}). Install it with: {INSTALL_HINTS[provider]}"
         ) from error
+
+
+def import_onnxruntime() -> ModuleType:
+    return import_runtime("onnxruntime", "ONNX Runtime", Provider.CPU)
 
 
 def torch_cuda_problem() -> str | None:
