@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +13,21 @@ import pytest
 import spacy
 
 from spacy_accelerate import providers
+from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.calibration import CalibrationSource
 from spacy_accelerate.config import Precision, Provider, build_config
+from spacy_accelerate.encoder_inputs import EncoderInputs
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.export import export_onnx
 from spacy_accelerate.gate import Gate, recorded_report_meets
-from spacy_accelerate.openvino_quantize import FloatLayers, matmuls_by_layer, plan_ladder
+from spacy_accelerate.openvino_float_layers import with_float_layers
+from spacy_accelerate.openvino_quantize import (
+    FloatLayers,
+    matmuls_by_layer,
+    nodes_by_layer,
+    plan_ladder,
+    search_ladder,
+)
 from spacy_accelerate.parity import read_pieces
 from spacy_accelerate.shim import find_shim
 from spacy_accelerate.spot_check import spot_check_gate
@@ -70,18 +81,48 @@ def test_the_ladder_reverts_the_most_harmful_layers_up_to_half():
     assert FloatLayers().label == "all layers int8"
 
 
+@dataclass(frozen=True)
+class Attempt:
+    plan: FloatLayers
+    passed: bool
+
+
+@pytest.mark.parametrize("layers", [6, 12, 24])
+def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int):
+    ladder = list(plan_ladder([float(k) for k in range(layers)]))
+    for needed in range(0, layers + 1):  # plans with at least `needed` float layers pass
+        tried: list[int] = []
+
+        def attempt(plan: FloatLayers, needed: int = needed, tried: list[int] = tried) -> Attempt:
+            tried.append(len(plan.layers))
+            return Attempt(plan, len(plan.layers) >= needed)
+
+        found = search_ladder(ladder, attempt)
+        assert found is not None
+        passing = [plan for plan in ladder if len(plan.layers) >= needed]
+        if passing:
+            assert found.passed and found.plan == passing[0]
+        else:  # even half of the layers fail: refused after that one attempt
+            assert not found.passed and tried == [len(ladder[-1].layers)]
+        assert len(tried) <= 1 + math.ceil(math.log2(len(ladder)))
+    assert search_ladder([], attempt) is None
+
+
+def exported_sample(sample_path: Callable[[str], Path], sample: str, folder: Path):
+    nlp = spacy.load(sample_path(sample))
+    module = find_shim(find_transformer_components(nlp)[0]).pytorch_module
+    detected = detect_architecture(module)
+    hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
+    path = folder / "model.onnx"
+    export_onnx(hf_model, detected.spec, path, opset=17)
+    return path, detected
+
+
 @pytest.mark.parametrize("sample", ["bert", "roberta", "albert"])
 def test_matmuls_are_split_by_layer_from_the_graph(
     sample: str, sample_path: Callable[[str], Path], tmp_path: Path
 ):
-    nlp = spacy.load(sample_path(sample))
-    from spacy_accelerate.architectures import detect_architecture
-
-    module = find_shim(find_transformer_components(nlp)[0]).pytorch_module
-    detected = detect_architecture(module)
-    hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
-    path = tmp_path / "model.onnx"
-    export_onnx(hf_model, detected.spec, path, opset=17)
+    path, detected = exported_sample(sample_path, sample, tmp_path)
     graph = onnx.load(str(path))
     layers = matmuls_by_layer(graph, detected.spec)
     assert sorted(layers) == list(range(1, detected.spec.num_hidden_layers + 1))
@@ -93,6 +134,56 @@ def test_matmuls_are_split_by_layer_from_the_graph(
         # Cross-check with the exporter's own naming (Hugging Face numbers layers from 0).
         for layer, names in layers.items():
             assert all(f"/layer.{layer - 1}/" in name for name in names)
+
+
+def test_a_plan_is_the_all_int8_model_with_its_layers_back_in_float(
+    sample_path: Callable[[str], Path], tmp_path: Path
+):
+    import nncf
+    import openvino as ov
+
+    path, detected = exported_sample(sample_path, "roberta", tmp_path)
+    float_model = ov.convert_model(str(path))
+    names = [port.any_name for port in float_model.inputs]
+    inputs = EncoderInputs.from_ids(
+        np.random.default_rng(0).integers(5, detected.spec.vocab_size, (8, 24)),
+        detected.spec.padding_idx,
+    )
+    dataset = nncf.Dataset([inputs.feeds(names)])
+    quantized = nncf.quantize(float_model, dataset, model_type=nncf.ModelType.TRANSFORMER)
+    present = {op.get_friendly_name() for op in float_model.get_ops()}
+    layers = {
+        layer: [node.name for node in found if node.name in present]
+        for layer, found in nodes_by_layer(onnx.load(str(path)), detected.spec).items()
+    }
+    last = detected.spec.hidden_state_names[-1]
+
+    def run(model: object) -> np.ndarray:
+        compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return compiled(inputs.feeds(names))[last]
+
+    int8 = run(quantized)
+    every = [name for found in layers.values() for name in found]
+    for nodes, others in ((layers[1], layers[2]), (every, [])):
+        # The same model as NNCF's own quantization with those layers in its ignored scope.
+        reverted = with_float_layers(quantized, float_model, nodes)
+        assert reverted is not None
+        ignored = nncf.quantize(
+            float_model,
+            dataset,
+            model_type=nncf.ModelType.TRANSFORMER,
+            ignored_scope=nncf.IgnoredScope(names=nodes, validate=False),
+        )
+        assert np.abs(run(reverted) - run(ignored)).max() <= 1e-5
+        assert np.abs(run(reverted) - int8).max() > 1e-3
+        feeding = {
+            op.get_friendly_name(): {v.get_node().get_type_name() for v in op.input_values()}
+            for op in reverted.get_ops()
+        }
+        assert not any("FakeQuantize" in feeding.get(name, ()) for name in nodes)
+        assert any("FakeQuantize" in feeding.get(name, ()) for name in others) == bool(others)
+    # A name the model does not have: nothing is guessed.
+    assert with_float_layers(quantized, float_model, ["no such MatMul"]) is None
 
 
 def test_min_agreement_is_validated():

@@ -32,6 +32,7 @@ import torch
 from .config import OptimizeConfig, Precision, Provider
 from .encoder_inputs import EncoderInputs
 from .errors import InvalidOptionError
+from .length_groups import run_by_length
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider, import_runtime
 from .runtime import host_arrays
@@ -107,10 +108,16 @@ class OpenVINORunner:
         return request
 
     def run_arrays(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        """The rows run in groups of similar length (:mod:`.length_groups`); the outputs
+        are copied out of the request's buffers, which its next inference reuses."""
+        return run_by_length(self.run_whole, feeds, names, borrowed=True)
+
+    def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        """One inference over the whole padded batch; the arrays are the request's own
+        buffers, valid until its next inference."""
         request = self._request()
         request.infer({name: feeds[name] for name in self.input_names})
-        # Copies: the request's output buffers are reused by its next inference.
-        return [np.array(request.get_tensor(name).data, copy=True) for name in names]
+        return [request.get_tensor(name).data for name in names]
 
     def run(
         self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True

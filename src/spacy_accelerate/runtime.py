@@ -29,6 +29,7 @@ from .cuda_graphs import GraphBook
 from .encoder_inputs import EncoderInputs
 from .errors import EngineBuildError, SpacyAccelerateError
 from .io_binding import BoundRunner
+from .length_groups import run_by_length
 from .provider_options import SessionLayout, execution_providers
 from .providers import ORT_PROVIDER_NAMES, ResolvedProvider, import_onnxruntime
 
@@ -45,7 +46,8 @@ def host_arrays(feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict
 
 
 class HostRunner:
-    """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back."""
+    """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back,
+    the rows run in groups of similar length (:mod:`.length_groups`)."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -55,7 +57,14 @@ class HostRunner:
         self, feeds: Mapping[str, torch.Tensor], names: Sequence[str], *, graphs: bool = True
     ) -> list[torch.Tensor]:
         arrays = host_arrays(feeds, self.input_names)
-        return [torch.from_numpy(array) for array in self.session.run(list(names), arrays)]
+        return [torch.from_numpy(array) for array in self.run_arrays(arrays, names)]
+
+    def run_arrays(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        return run_by_length(self.run_whole, feeds, names, borrowed=False)
+
+    def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        """One call over the whole padded batch."""
+        return self.session.run(list(names), dict(feeds))
 
 
 def _ort_failure_types(ort: Any) -> tuple[type[BaseException], ...]:

@@ -1,0 +1,138 @@
+"""The CPU runtimes run a batch's rows in groups of similar length (``length_groups``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from annotations import disagreements, max_abs_diff, run
+
+import spacy_accelerate
+from spacy_accelerate.length_groups import (
+    GROUP_COST,
+    LENGTH_MULTIPLE,
+    plan_groups,
+    row_lengths,
+    run_by_length,
+)
+
+WIDTH = 128
+
+
+def masks_of(lengths: Sequence[int], width: int = WIDTH) -> np.ndarray:
+    mask = np.zeros((len(lengths), width), dtype=np.int64)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return mask
+
+
+def test_a_row_ends_after_its_last_real_piece():
+    mask = masks_of([128, 5, 0, 70])
+    mask[0, 60:62] = 0  # a masked piece inside a row stays inside
+    mask[3, 10] = 0
+    assert row_lengths(mask).tolist() == [128, 5, 1, 70]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_groups_cover_every_row_once_and_never_cut_a_real_piece(seed: int):
+    generator = np.random.default_rng(seed)
+    lengths = np.concatenate(
+        [np.full(generator.integers(0, 40), WIDTH), generator.integers(1, WIDTH, 60)]
+    )
+    groups = plan_groups(lengths, WIDTH)
+    rows = np.concatenate([group.rows for group in groups])
+    assert sorted(rows.tolist()) == list(range(len(lengths)))
+    for group in groups:
+        assert lengths[group.rows].max() <= group.length <= WIDTH
+        assert group.length % LENGTH_MULTIPLE == 0 or group.length == WIDTH
+    ran = sum(len(group.rows) * group.length + GROUP_COST for group in groups)
+    assert ran <= len(lengths) * WIDTH + GROUP_COST  # never worse than one call
+    assert len(groups) > 1  # 60 rows of random lengths: grouping pays here
+
+
+def test_rows_of_one_length_stay_one_call():
+    groups = plan_groups(np.full(20, WIDTH), WIDTH)
+    assert [(len(g.rows), g.length) for g in groups] == [(20, WIDTH)]
+
+
+def fake_encoder(calls: list[tuple[int, int]], reuse: np.ndarray | None = None):
+    """A position-dependent stand-in: each position's state is the running sum of the real
+    ids so far, tagged with its position; the pooled output is the first position's."""
+
+    def encode(feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        ids, mask = feeds["input_ids"], feeds["attention_mask"]
+        calls.append(ids.shape)
+        running = np.cumsum(ids * mask, axis=1).astype(np.float32)
+        positions = np.broadcast_to(np.arange(ids.shape[1], dtype=np.float32), ids.shape)
+        hidden = np.stack([running, positions], axis=-1)
+        if reuse is not None:  # like an infer request: one buffer, overwritten per call
+            view = reuse[: hidden.size].reshape(hidden.shape)
+            view[...] = hidden
+            hidden = view
+        outputs = {"hidden": hidden, "pooled": hidden[:, 0].copy()}
+        return [outputs[name] for name in names]
+
+    return encode
+
+
+@pytest.mark.parametrize("borrowed", [False, True])
+def test_grouped_outputs_equal_one_call_at_every_real_piece(borrowed: bool):
+    generator = np.random.default_rng(7)
+    lengths = [WIDTH] * 12 + generator.integers(1, WIDTH, 30).tolist()
+    mask = masks_of(lengths)
+    ids = generator.integers(1, 1000, mask.shape) * mask
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    whole_calls: list[tuple[int, int]] = []
+    hidden, pooled = fake_encoder(whole_calls)(feeds, ["hidden", "pooled"])
+    calls: list[tuple[int, int]] = []
+    buffer = np.empty(ids.size * 2, dtype=np.float32) if borrowed else None
+    encode = fake_encoder(calls, buffer)
+    grouped_hidden, grouped_pooled = run_by_length(
+        encode, feeds, ["hidden", "pooled"], borrowed=borrowed
+    )
+    assert len(calls) > 1 and all(shape[1] <= WIDTH for shape in calls)
+    assert sum(shape[0] for shape in calls) == len(lengths)
+    real = mask.astype(bool)
+    np.testing.assert_array_equal(grouped_hidden[real], hidden[real])
+    # Past each group's length nothing ran: zeros, where one call computed padding's states.
+    assert (grouped_hidden[~real] == 0).all(axis=-1).mean() > 0.5
+    np.testing.assert_array_equal(grouped_pooled, pooled)
+    assert grouped_hidden.shape == hidden.shape and grouped_pooled.shape == pooled.shape
+
+
+@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+def test_pipelines_run_grouped_and_keep_pytorchs_results(
+    provider: str,
+    sample_path: Callable[[str], Path],
+    ewt_texts: list[str],
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    nlp = spacy.load(sample_path("roberta"))
+    texts = ewt_texts[:32]
+    expected = run(nlp, texts, batch_size=16)
+    spacy_accelerate.optimize(nlp, provider, "fp32", cache_dir=cache_dir)
+    runner = spacy_accelerate.accelerated_components(nlp)["transformer"].session.runner
+    batches: list[tuple[tuple[int, int], list[tuple[int, int]]]] = []
+    whole, grouped = runner.run_whole, runner.run_arrays
+
+    def run_arrays(feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        batches.append((feeds["input_ids"].shape, []))
+        return grouped(feeds, names)
+
+    def run_whole(feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        batches[-1][1].append(feeds["input_ids"].shape)
+        return whole(feeds, names)
+
+    monkeypatch.setattr(runner, "run_arrays", run_arrays)
+    monkeypatch.setattr(runner, "run_whole", run_whole)
+    actual = run(nlp, texts, batch_size=16)
+    # Some batch ran in several groups, each of its rows once.
+    split = [(shape, calls) for shape, calls in batches if len(calls) > 1]
+    assert split, batches
+    assert all(sum(rows for rows, _ in calls) == shape[0] for shape, calls in split)
+    assert max_abs_diff(expected, actual) <= 1e-4
+    assert disagreements(expected, actual, nlp) == []
