@@ -25,14 +25,12 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-import spacy  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.benchmark import alternate, write_report  # noqa: E402
 from spacy_accelerate.calibration import record_calls  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
-from spacy_accelerate.samples.pipelines import ensure_sample  # noqa: E402
-from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, ensure_trained_sample  # noqa: E402
+from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
 from spacy_accelerate.shim import find_shim  # noqa: E402
 from spacy_accelerate.validate import find_transformer_components  # noqa: E402
 
@@ -54,12 +52,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    path = ensure_trained_sample() if args.pipeline == TRAINED_SAMPLE_NAME else None
-    nlp = spacy.load(path or ensure_sample(args.pipeline))
-    texts = [
-        doc.text
-        for doc in ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
-    ]
+    nlp = load_benchmark_pipeline(args.pipeline)
+    texts = ewt.document_texts("test", sentences=args.sentences)
     location = find_shim(find_transformer_components(nlp)[0])
     cache = Path(tempfile.mkdtemp())
     runners: dict[str, Any] = {}

@@ -35,7 +35,6 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import spacy  # noqa: E402
 from spacy.language import Language  # noqa: E402
 from spacy.scorer import Scorer  # noqa: E402
 from spacy.training import Example  # noqa: E402
@@ -45,8 +44,7 @@ from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  #
 from spacy_accelerate.errors import AccuracyError  # noqa: E402
 from spacy_accelerate.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
-from spacy_accelerate.samples.pipelines import ensure_sample  # noqa: E402
-from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, ensure_trained_sample  # noqa: E402
+from spacy_accelerate.samples.trained import load_benchmark_pipeline  # noqa: E402
 from spacy_accelerate.validate import transformer_components  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -54,12 +52,6 @@ PIPELINES = ("trf-base", "minilm-ewt")
 #: UD-EWT test sentences per pipeline: trf-base is ~15x slower per word than MiniLM.
 DEFAULT_SENTENCES = {"trf-base": 400, "minilm-ewt": 2077}
 SCORES = ("tag_acc", "dep_las", "ents_f")
-
-
-def load_pipeline(name: str) -> Language:
-    if name == TRAINED_SAMPLE_NAME:
-        return spacy.load(ensure_trained_sample())
-    return spacy.load(ensure_sample(name))
 
 
 #: CPU features that decide which variants can be fast (bf16, VNNI int8, AMX).
@@ -125,7 +117,7 @@ def gold_scores(nlp: Language, docs: list, gold: list) -> dict[str, float]:
 def run_pipeline(
     name: str, variants: dict[str, Variant], args: argparse.Namespace
 ) -> dict[str, Any]:
-    nlp = load_pipeline(name)
+    nlp = load_benchmark_pipeline(name)
     sentences = args.sentences or DEFAULT_SENTENCES.get(name, 500)
     gold = ewt.load_documents("test", max_sentences=8, limit_sentences=sentences, vocab=nlp.vocab)
     texts = [doc.text for doc in gold]
@@ -204,7 +196,7 @@ def rss_probe(pipeline: str, variant: str) -> None:
     /proc/self/clear_refs) and the figure is the peak while the variant is
     switched on and runs, pipeline included.
     """
-    nlp = load_pipeline(pipeline)
+    nlp = load_benchmark_pipeline(pipeline)
     texts = [doc.text for doc in ewt.load_documents("test", limit_sentences=200)]
     try:
         Path("/proc/self/clear_refs").write_text("5")

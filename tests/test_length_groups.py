@@ -103,6 +103,31 @@ def test_grouped_outputs_equal_one_call_at_every_real_piece(borrowed: bool):
     assert grouped_hidden.shape == hidden.shape and grouped_pooled.shape == pooled.shape
 
 
+@pytest.mark.parametrize(
+    "lengths",
+    [[5], [128, 0, 3], [7, 7, 1], [1] * 40 + [128] * 3],
+    ids=["one row", "a row of nothing", "narrow", "mostly short"],
+)
+@pytest.mark.parametrize("width", [8, WIDTH])
+def test_odd_batches_keep_every_real_piece(lengths: list[int], width: int):
+    lengths = [min(length, width) for length in lengths]
+    mask = masks_of(lengths, width)
+    if width > 4:  # a masked piece inside the first row
+        mask[0, 2] = 0
+    ids = np.arange(1, mask.size + 1).reshape(mask.shape) * mask
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    hidden, pooled = fake_encoder([])(feeds, ["hidden", "pooled"])
+    got_hidden, got_pooled = run_by_length(
+        fake_encoder([], np.empty(ids.size * 2, np.float32)),
+        feeds,
+        ["hidden", "pooled"],
+        borrowed=True,
+    )
+    real = mask.astype(bool)
+    np.testing.assert_array_equal(got_hidden[real], hidden[real])
+    assert got_hidden.shape == hidden.shape and got_pooled.shape == pooled.shape
+
+
 @pytest.mark.parametrize("provider", ["cpu", "openvino"])
 def test_pipelines_run_grouped_and_keep_pytorchs_results(
     provider: str,

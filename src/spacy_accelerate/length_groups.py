@@ -11,9 +11,15 @@ longest row.
 What spaCy reads does not change: the attention mask already keeps padding
 out of every real piece's attention, and positions count from the row's
 start, so a row's real pieces get the same states up to float rounding
-(the parity gate measures this path). The padded positions come back as
-zeros; PyTorch fills them with padding tokens' states, which no component
-reads.
+(ONNX Runtime's dynamic int8 scales each call's activations, so there the
+states change within the int8 gate; the parity gate measures this path).
+Positions past a group's length come back as zeros where PyTorch has the
+padding tokens' states. No component reads them; spacy-transformers does
+keep them in ``doc._.trf_data`` (``model_output``, ``tensors``), padded
+rows and all, so code that reads padding there sees zeros. A row ends after
+its last unmasked piece: a piece encoder that emitted the padding id from
+text as a span's last piece would get a zero state there (the piece
+encoders of spaCy's transformer packages do not emit it from text).
 """
 
 from __future__ import annotations
@@ -93,7 +99,7 @@ def run_by_length(
     ``borrowed``: ``run`` returns buffers it reuses on its next call (OpenVINO's
     infer request); they are copied before the next group runs."""
     mask = feeds.get(MASK)
-    if mask is None or mask.ndim != 2 or mask.shape[0] == 0:
+    if mask is None or mask.ndim != 2 or 0 in mask.shape:
         return _owned(run(feeds, names), borrowed)
     rows, width = mask.shape
     groups = plan_groups(row_lengths(mask), width)

@@ -210,7 +210,9 @@ def quantize_within_gate(
         kept = [name for layer in plan.layers for name in layer_nodes[layer]]
         # Seconds instead of another quantization; NNCF where the graph is unusual.
         quantized = with_float_layers(all_int8, float_model, kept) if kept else all_int8
-        quantized = quantized or quantize(kept)
+        if quantized is None:
+            logger.info("OpenVINO int8 plan %r: quantized again by NNCF", plan.label)
+            quantized = quantize(kept)
         path = folder / f"plan-{len(plan.layers)}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
         session = open_session(path)

@@ -276,3 +276,9 @@ def load_documents(
         sentences = sentences[:limit_sentences]
     shared_vocab = vocab if vocab is not None else spacy.blank("en").vocab
     return [to_gold_doc(shared_vocab, g) for g in group_documents(sentences, max_sentences)]
+
+
+def document_texts(split: str = "test", *, sentences: int, max_sentences: int = 8) -> list[str]:
+    """The texts of :func:`load_documents`'s documents over the first ``sentences``."""
+    docs = load_documents(split, max_sentences=max_sentences, limit_sentences=sentences)
+    return [doc.text for doc in docs]

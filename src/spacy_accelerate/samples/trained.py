@@ -48,6 +48,7 @@ from .pipelines import (
     build_minilm_sample,
     curated_torch_module,
     default_cache_root,
+    ensure_sample,
 )
 
 TRAINED_SAMPLE_NAME = "minilm-ewt"
@@ -348,3 +349,11 @@ def ensure_trained_sample(
 def load_trained_sample(root: Path | None = None) -> Language:
     """Convenience: ``spacy.load`` of :func:`ensure_trained_sample`."""
     return spacy.load(ensure_trained_sample(root))
+
+
+def load_benchmark_pipeline(name: str) -> Language:
+    """Any sample pipeline by name (``minilm-ewt`` or one of :func:`ensure_sample`'s),
+    built offline on first use: what the benchmarks run."""
+    if name == TRAINED_SAMPLE_NAME:
+        return load_trained_sample()
+    return spacy.load(ensure_sample(name))
