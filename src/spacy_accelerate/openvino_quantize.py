@@ -80,14 +80,6 @@ def nodes_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[
     }
 
 
-def matmuls_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[str]]:
-    """The names of each layer's MatMul nodes (see :func:`nodes_by_layer`)."""
-    return {
-        layer: [node.name for node in nodes if node.op_type == "MatMul"]
-        for layer, nodes in nodes_by_layer(graph, spec).items()
-    }
-
-
 def layer_harm(report: ParityReport, spec: EncoderSpec) -> list[float]:
     """Per layer (1-based order): how much the mean cosine of the pieces spaCy reads
     drops across it in ``report``'s model (the hidden states are the first outputs)."""
@@ -178,13 +170,9 @@ def quantize_within_gate(
     # has. A layer with no MatMul left would be "kept in float" while NNCF quantizes it.
     present = {op.get_friendly_name() for op in float_model.get_ops()}
     layer_nodes = {
-        layer: [node.name for node in nodes if node.name in present]
-        for layer, nodes in by_layer.items()
+        layer: [node for node in nodes if node.name in present] for layer, nodes in by_layer.items()
     }
-    if not all(
-        any(node.op_type == "MatMul" and node.name in present for node in nodes)
-        for nodes in by_layer.values()
-    ):
+    if not all(any(node.op_type == "MatMul" for node in nodes) for nodes in layer_nodes.values()):
         raise ConversionError(
             "OpenVINO's model has none of the export's MatMul nodes of some layers, so no layer "
             "can be kept in float. Please report this with your openvino and nncf versions; use "
@@ -207,7 +195,7 @@ def quantize_within_gate(
     all_int8 = quantize([])
 
     def attempt(plan: FloatLayers) -> _Candidate:
-        kept = [name for layer in plan.layers for name in layer_nodes[layer]]
+        kept = [node.name for layer in plan.layers for node in layer_nodes[layer]]
         # Seconds instead of another quantization; NNCF where the graph is unusual.
         quantized = with_float_layers(all_int8, float_model, kept) if kept else all_int8
         if quantized is None:
