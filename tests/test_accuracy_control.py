@@ -66,17 +66,20 @@ def test_a_stored_report_without_a_mean_proves_no_calibrated_gate():
     assert not recorded_report_meets(report, Gate(min_cosine=0.95, min_mean_cosine=0.999))
 
 
-def test_the_ladder_reverts_the_most_harmful_layers_up_to_half():
+def test_the_ladder_reverts_the_most_harmful_layers_up_to_all_but_one():
     harm = [0.001, 0.005, 0.002, 0.0005, 0.003, 0.0]
     assert list(plan_ladder(harm)) == [
         FloatLayers((2,)),
         FloatLayers((2, 5)),
-        FloatLayers((2, 3, 5)),  # 4 would be more than half of 6
+        FloatLayers((2, 3, 5)),
+        FloatLayers((1, 2, 3, 5)),
+        FloatLayers((1, 2, 3, 4, 5)),  # layer 6 harms least: the one left in int8
     ]
     assert list(plan_ladder([0.1, 0.2])) == [FloatLayers((2,))]
+    assert list(plan_ladder([0.1])) == []  # one layer: in float, nothing would be int8
     twelve = list(plan_ladder([float(k) for k in range(12)]))
-    assert [len(plan.layers) for plan in twelve] == [1, 2, 4, 6]
-    assert twelve[-1].layers == (7, 8, 9, 10, 11, 12) and twelve[-1].label.endswith("float")
+    assert [len(plan.layers) for plan in twelve] == list(range(1, 12))
+    assert twelve[-1].layers == tuple(range(2, 13)) and twelve[-1].label.endswith("float")
     assert FloatLayers().label == "all layers int8"
 
 
@@ -101,7 +104,7 @@ def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int):
         passing = [plan for plan in ladder if len(plan.layers) >= needed]
         if passing:
             assert found.passed and found.plan == passing[0]
-        else:  # even half of the layers fail: refused after that one attempt
+        else:  # even all layers but one in float fail: refused after that one attempt
             assert not found.passed and tried == [len(ladder[-1].layers)]
         assert len(tried) <= 1 + math.ceil(math.log2(len(ladder)))
     assert search_ladder([], attempt) is None
