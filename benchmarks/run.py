@@ -39,6 +39,7 @@ from spacy.language import Language  # noqa: E402
 from spacy.scorer import Scorer  # noqa: E402
 from spacy.training import Example  # noqa: E402
 
+import spacy_accelerate  # noqa: E402
 from spacy_accelerate.baselines import Accelerated, Variant, available_variants  # noqa: E402
 from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
 from spacy_accelerate.errors import AccuracyError  # noqa: E402
@@ -95,8 +96,10 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, float]:
-    """Cold (empty cache: convert, export, gate) and warm (cache hit, gate re-run) seconds."""
+def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
+    """Cold (empty cache: convert, export, gate) and warm (cache hit, gate re-run) seconds,
+    and the quantization plan served (OpenVINO int8: which layers accuracy control left
+    in float)."""
     with tempfile.TemporaryDirectory() as folder:
         options = {**variant.options, "cache_dir": folder}
         start = time.perf_counter()
@@ -105,7 +108,13 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, float]:
         start = time.perf_counter()
         Accelerated(options).apply(nlp)
         warm = time.perf_counter() - start
-    return {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
+    plans = {
+        name: component.exported.parity.plan
+        for name, component in spacy_accelerate.accelerated_components(nlp).items()
+        if component.exported.parity.plan is not None
+    }
+    times: dict[str, Any] = {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
+    return {**times, "plans": plans} if plans else times
 
 
 def gold_scores(nlp: Language, docs: list, gold: list) -> dict[str, float]:
@@ -241,6 +250,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {row['peak_rss_mib'] or 0:,.0f} MiB |"
             )
     for pipeline, report in results["pipelines"].items():
+        for variant, row in report["variants"].items():
+            for name, plan in row.get("optimize", {}).get("plans", {}).items():
+                lines.append(f"\n{pipeline} / {variant}: plan served for {name!r}: {plan}")
         for variant, reason in report.get("refused", {}).items():
             lines.append(f"\n{pipeline} / {variant}: refused by the gate: {reason}")
     if results["skipped"]:
