@@ -204,6 +204,7 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"].exported
     assert warm.cache_hit and warm.key == proxy.exported.key
+    assert warm.parity.plan == parity.plan  # the plan the entry was built with
     assert disagreements(actual, run(again, texts, 8), again) == []
     # The warm start's spot check runs the stored calibration items: a runtime that
     # computes differently from the one the model was proven with is caught there.

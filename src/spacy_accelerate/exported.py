@@ -245,6 +245,8 @@ def get_or_export(
         parity = check_parity(
             module, detected, session, window=window, gate=checked, batches=batches
         )
+        # The plan was chosen when the entry was built; a warm start serves the same one.
+        parity = replace(parity, plan=result.entry.manifest.get("built", {}).get("plan"))
     exported = ExportedModel(
         key=key,
         path=result.entry.path,
