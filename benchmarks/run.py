@@ -108,11 +108,11 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
         start = time.perf_counter()
         Accelerated(options).apply(nlp)
         warm = time.perf_counter() - start
-    reports = {
-        name: component.exported.parity
+    plans = {
+        name: component.exported.plan
         for name, component in spacy_accelerate.accelerated_components(nlp).items()
+        if component.exported.plan is not None
     }
-    plans = {name: r.plan for name, r in reports.items() if r is not None and r.plan is not None}
     times: dict[str, Any] = {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
     return {**times, "plans": plans} if plans else times
 

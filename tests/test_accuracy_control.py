@@ -75,11 +75,19 @@ def test_the_ladder_reverts_the_most_harmful_layers_up_to_all_but_one():
         FloatLayers((1, 2, 3, 5)),
         FloatLayers((1, 2, 3, 4, 5)),  # layer 6 harms least: the one left in int8
     ]
+    # Float layers in fp32 (a CPU without bf16): at most half of them.
+    assert list(plan_ladder(harm, float_in_bf16=False)) == [
+        FloatLayers((2,)),
+        FloatLayers((2, 5)),
+        FloatLayers((2, 3, 5)),
+    ]
     assert list(plan_ladder([0.1, 0.2])) == [FloatLayers((2,))]
     assert list(plan_ladder([0.1])) == []  # one layer: in float, nothing would be int8
     twelve = list(plan_ladder([float(k) for k in range(12)]))
     assert [len(plan.layers) for plan in twelve] == list(range(1, 12))
     assert twelve[-1].layers == tuple(range(2, 13)) and twelve[-1].label.endswith("float")
+    in_fp32 = list(plan_ladder([float(k) for k in range(12)], float_in_bf16=False))
+    assert [len(plan.layers) for plan in in_fp32] == list(range(1, 7))
     assert FloatLayers().label == "all layers int8"
 
 
@@ -89,9 +97,10 @@ class Attempt:
     passed: bool
 
 
+@pytest.mark.parametrize("float_in_bf16", [True, False])
 @pytest.mark.parametrize("layers", [6, 12, 24])
-def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int):
-    ladder = list(plan_ladder([float(k) for k in range(layers)]))
+def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int, float_in_bf16: bool):
+    ladder = list(plan_ladder([float(k) for k in range(layers)], float_in_bf16=float_in_bf16))
     for needed in range(0, layers + 1):  # plans with at least `needed` float layers pass
         tried: list[int] = []
 
@@ -104,7 +113,7 @@ def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int):
         passing = [plan for plan in ladder if len(plan.layers) >= needed]
         if passing:
             assert found.passed and found.plan == passing[0]
-        else:  # even all layers but one in float fail: refused after that one attempt
+        else:  # even the most float layers fail: refused after that one attempt
             assert not found.passed and tried == [len(ladder[-1].layers)]
         assert len(tried) <= 1 + math.ceil(math.log2(len(ladder)))
     assert search_ladder([], attempt) is None

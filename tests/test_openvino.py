@@ -114,10 +114,11 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
 
 
 def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch):
-    key = openvino_runtime.openvino_key()
+    key = openvino_runtime.openvino_key(Precision.FP32)
     assert key["openvino"] and key["cpu"] and "FP32" in key["cpu"]
     config = spacy_accelerate.config.build_config("openvino", "fp32")
     assert exported._export_options(config)["openvino"] == key
+    assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
     cpu = spacy_accelerate.config.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu)
 
@@ -125,16 +126,15 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
 def test_int8_float_layers_run_in_bf16_only_where_the_cpu_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    here = openvino_runtime.openvino_key()
-    assert here["int8_float_layers"] == openvino_runtime.precision_hint(Precision.INT8)
     monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "BF16"}))
     assert openvino_runtime.precision_hint(Precision.INT8) == "bf16"
+    assert openvino_runtime.precision_hint(Precision.BF16) == "bf16"
+    assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "bf16"
     monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
     assert openvino_runtime.precision_hint(Precision.INT8) == "f32"
     assert openvino_runtime.precision_hint(Precision.FP32) == "f32"
-    without = openvino_runtime.openvino_key()
-    # A plan judged with its float layers in one precision is another entry than the other's.
-    assert without["int8_float_layers"] == "f32"
+    # A plan judged with its float layers in fp32 is another entry than one judged in bf16.
+    assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "f32"
 
 
 def test_openvino_missing_names_the_extra(
@@ -186,7 +186,7 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     assert parity.plan == "all layers int8" or parity.plan.endswith("float")
     # What is not int8 runs in bf16 where the CPU has it: the hint the plan was judged with.
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT")
-    assert hint.to_string() == openvino_runtime.precision_hint(Precision.INT8)
+    assert hint.to_string() == ("bf16" if "BF16" in openvino_runtime.cpu_capabilities() else "f32")
     assert len(entry.manifest["key_inputs"]["export"]["calibration_sha256"]) == 64
     assert set(entry.manifest["files"]) == {IR_FILE, IR_WEIGHTS, "parity.json", "spot_check.npz"}
     actual = run(nlp, texts, batch_size=8)
@@ -204,7 +204,14 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"].exported
     assert warm.cache_hit and warm.key == proxy.exported.key
-    assert warm.parity.plan == parity.plan  # the plan the entry was built with
+    assert warm.parity.plan == warm.plan == proxy.exported.plan == parity.plan
+    # Not verified again, the hit still says which plan it serves.
+    unverified = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(
+        unverified, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95, verify=False
+    )
+    trusted = spacy_accelerate.accelerated_components(unverified)["transformer"].exported
+    assert trusted.cache_hit and trusted.parity is None and trusted.plan == parity.plan
     assert disagreements(actual, run(again, texts, 8), again) == []
     # The warm start's spot check runs the stored calibration items: a runtime that
     # computes differently from the one the model was proven with is caught there.

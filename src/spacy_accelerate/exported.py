@@ -57,6 +57,9 @@ class ExportedModel:
     cache_hit: bool
     seconds: float
     parity: ParityReport | None
+    #: The int8 quantization plan served: chosen when the entry was built and read
+    #: back from its manifest on a hit, verified again or not.
+    plan: str | None = None
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -131,7 +134,7 @@ def _export_options(
     bounds its plan was chosen under."""
     options = config.export_options()
     if config.provider is Provider.OPENVINO:
-        options["openvino"] = openvino_key()
+        options["openvino"] = openvino_key(config.precision)
     if calibration is not None:
         options["calibration_sha256"] = calibration.digest
         options["judged_by_sha256"] = calibration.judged_by
@@ -230,6 +233,7 @@ def get_or_export(
         return {"plan": report.plan} if report.plan else {}
 
     result = cache.get_or_build(key, inputs, build)
+    plan = (result.entry.manifest.get("built") or {}).get("plan")
     if built:
         session, parity = built[0]
     else:
@@ -245,14 +249,14 @@ def get_or_export(
         parity = check_parity(
             module, detected, session, window=window, gate=checked, batches=batches
         )
-        # The plan was chosen when the entry was built; a warm start serves the same one.
-        parity = replace(parity, plan=result.entry.manifest.get("built", {}).get("plan"))
+        parity = replace(parity, plan=plan)  # a hit serves the plan it was built with
     exported = ExportedModel(
         key=key,
         path=result.entry.path,
         cache_hit=result.hit,
         seconds=time.perf_counter() - start,
         parity=parity,
+        plan=plan,
     )
     logger.info(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",

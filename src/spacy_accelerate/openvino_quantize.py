@@ -8,20 +8,20 @@ calibration documents: the token cosine of the hidden states to PyTorch's
 the pipeline's own tags and entities with PyTorch's (the ``judge``).
 
 When the all-int8 model fails, the transformer layers whose quantization
-adds the most error go back to float, most harmful first: all but one of
-them is tried first (if that fails, fewer would too: refused after two
-attempts), then the fewest float layers that pass are found by bisection
-(the plans are nested) and served. Each plan is the all-int8 model with its
-layers' MatMuls put back in float (:mod:`.openvino_float_layers`), not
-another quantization. A layer's harm is read off the all-int8 model's own
-parity report, for free: how much the mean cosine drops from the hidden
-state before the layer to the one after it. Every plan keeps at least one
-layer in int8, so it runs faster than the float model it would otherwise
-fall back to; the plan is logged and recorded in the manifest, so how much
-of the model is int8 is never hidden. (NNCF's own accuracy-aware search
-reverts one quantizer at a time with a full evaluation after each; on
-MiniLM it took minutes and did not converge in our trials, while this
-ladder quantizes once and tries at most five plans for a 12-layer model.)
+adds the most error go back to float, most harmful first: the most float
+layers the ladder allows is tried first (all layers but one where they run
+in bf16, half of them in fp32; if that fails, fewer would too: refused after
+two attempts in all), then the fewest float layers that pass are found by
+bisection (the plans are nested) and served. Each plan is the all-int8 model
+with its layers' MatMuls put back in float (:mod:`.openvino_float_layers`),
+not another quantization. A layer's harm is read off the all-int8 model's own
+parity report, for free: how much the mean cosine drops from the hidden state
+before the layer to the one after it. The plan is logged and recorded in the
+manifest, so how much of the model is int8 is never hidden. (NNCF's own
+accuracy-aware search reverts one quantizer at a time with a full evaluation
+after each; on MiniLM it took minutes and did not converge in our trials,
+while this quantizes once and judges at most six models for 12 layers:
+all-int8, then at most five plans of the ladder.)
 
 The layers left in float run in bf16 where the CPU computes in bf16, in fp32
 otherwise (:func:`.openvino_runtime.precision_hint`); each plan is judged as
@@ -41,11 +41,11 @@ import torch
 
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
-from .config import Provider
+from .config import Precision, Provider
 from .errors import AccuracyError, AgreementError, ConversionError
 from .gate import Gate
 from .openvino_float_layers import with_float_layers
-from .openvino_runtime import IR_FILE, import_openvino
+from .openvino_runtime import IR_FILE, import_openvino, precision_hint
 from .parity import ParityReport, check_parity, reference_outputs
 from .providers import import_runtime
 
@@ -101,18 +101,21 @@ class FloatLayers:
         return "layers " + ", ".join(map(str, self.layers)) + " float"
 
 
-def plan_ladder(harm: Sequence[float]) -> Iterator[FloatLayers]:
+def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterator[FloatLayers]:
     """The plans after all-int8 failed: the most harmful layer in float, then the two
-    most harmful, ... up to all but one layer.
+    most harmful, ... up to all but one layer where the float layers run in bf16,
+    half of them where they run in fp32.
 
-    Why so far: where the CPU has bf16 the float layers run in it, and then any plan
-    with an int8 layer beats the float model. trf-base encoder, one 16 x 128 batch:
-    all-int8 0.51 s, half of the layers in bf16 0.70 s (in fp32: 1.15 s), the bf16
-    model 0.90 s, fp32 1.78 s; each float layer adds its share of the difference.
+    Why: trf-base encoder, one 16 x 128 batch: all-int8 0.51 s, half of the layers
+    in bf16 0.70 s, in fp32 1.15 s; the bf16 model 0.90 s, fp32 1.78 s. Each float
+    layer adds its share of the difference, so with bf16 float layers even eleven
+    of twelve (about 0.87 s by that count; not measured) stay ahead of the bf16
+    model, while fp32 float layers past half would cost most of what int8 gains.
     On trf-base, whose random heads flip tags at the smallest change, the default
-    gate needed eight of twelve layers in float."""
+    gate needed eight of twelve layers in bf16."""
     ranked = sorted(range(1, len(harm) + 1), key=lambda layer: harm[layer - 1], reverse=True)
-    for count in range(1, len(ranked)):
+    most = len(ranked) - 1 if float_in_bf16 else len(ranked) // 2
+    for count in range(1, most + 1):
         yield FloatLayers(tuple(sorted(ranked[:count])))
 
 
@@ -224,7 +227,9 @@ def quantize_within_gate(
 
     chosen = attempt(FloatLayers())
     if not chosen.passed:
-        found = search_ladder(list(plan_ladder(layer_harm(chosen.report, detected.spec))), attempt)
+        in_bf16 = precision_hint(Precision.INT8) == "bf16"
+        ladder = plan_ladder(layer_harm(chosen.report, detected.spec), float_in_bf16=in_bf16)
+        found = search_ladder(list(ladder), attempt)
         chosen = found or chosen
     for candidate_file in folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
         if chosen.passed and candidate_file.name.startswith(chosen.path.stem + "."):
@@ -233,11 +238,11 @@ def quantize_within_gate(
             candidate_file.unlink()
     if not chosen.passed:
         raise AccuracyError(
-            "No int8 plan, even with all layers but one in float, keeps this model within "
-            "the gate, so no int8 model was served and the pipeline is unchanged. Use "
-            "precision='bf16' or 'fp32', calibrate on texts like yours (calibration_texts=...), "
-            "or lower min_cosine / min_agreement if less accuracy is enough for you. Plans "
-            "tried: " + " | ".join(refused)
+            f"No int8 plan with at most {len(chosen.plan.layers)} of the {len(layer_nodes)} "
+            "layers in float keeps this model within the gate, so no int8 model was served "
+            "and the pipeline is unchanged. Use precision='bf16' or 'fp32', calibrate on "
+            "texts like yours (calibration_texts=...), or lower min_cosine / min_agreement "
+            "if less accuracy is enough for you. Plans tried: " + " | ".join(refused)
         )
     onnx_path.unlink()
     logger.info(

@@ -3,8 +3,10 @@
 The exported encoder is converted once to OpenVINO's IR (``model.xml`` and
 ``model.bin``, stored in the same cache entry as any other export) and
 compiled for the CPU with the precision hint of the request: ``f32``, or
-``bf16`` where the CPU has bf16 arithmetic (AVX512_BF16 or AMX). OpenVINO
-keeps compiled blobs under the cache dir, so a warm start skips compilation.
+``bf16`` where the CPU has bf16 arithmetic (AVX512_BF16 or AMX); an int8
+model's unquantized part gets ``bf16`` there too (:func:`precision_hint`).
+OpenVINO keeps compiled blobs under the cache dir, so a warm start skips
+compilation.
 Infer requests are made per thread (one request may not run twice at once)
 and the thread count is the process's CPU affinity, as for ONNX Runtime.
 
@@ -69,7 +71,8 @@ def precision_hint(precision: Precision) -> str:
 
     An int8 model's quantized MatMuls run in int8 whatever the hint; the hint sets
     what the rest runs in, including the layers accuracy control left in float.
-    Those run in bf16 where the CPU computes in bf16: on trf-base's plan with half
+    Those run in bf16 where OpenVINO's CPU plugin reports ``BF16`` (AVX512_BF16 and
+    AMX-BF16 among what it counts): on trf-base's plan with half
     of the layers in float that was 1.6x as fast as f32 (0.70 s vs 1.15 s per
     16 x 128 batch), with the same mean token cosine to PyTorch (0.99994), while
     the all-int8 model's speed did not change.
@@ -89,19 +92,20 @@ def cpu_slug() -> str:
     return re.sub(r"[^a-z0-9.]+", "-", f"{name}-ov{version}".lower()).strip("-")
 
 
-def openvino_key() -> dict[str, Any]:
+def openvino_key(precision: Precision) -> dict[str, Any]:
     """What the served IR (and, with int8, its quantization) depends on besides the
-    weights: the OpenVINO and NNCF releases, the CPU's capability set and what an int8
-    model's float layers run in (a plan judged in fp32 is not proven for bf16)."""
-    versions: dict[str, Any] = {
-        "openvino": import_openvino().__version__,
-        "int8_float_layers": precision_hint(Precision.INT8),
-    }
+    weights: the OpenVINO and NNCF releases, the CPU's capability set and, for int8,
+    what its float layers run in (entries whose plan was judged with them in fp32,
+    before they ran in bf16, are not reused)."""
+    versions: dict[str, Any] = {"openvino": import_openvino().__version__}
     try:
         versions["nncf"] = importlib.import_module("nncf").__version__
     except ImportError:
         versions["nncf"] = None
-    return {**versions, "cpu": sorted(cpu_capabilities())}
+    key = {**versions, "cpu": sorted(cpu_capabilities())}
+    if precision is Precision.INT8:
+        key["int8_float_layers"] = precision_hint(precision)
+    return key
 
 
 def convert_to_ir(onnx_path: Path, folder: Path) -> Path:
