@@ -69,25 +69,27 @@ def test_a_stored_report_without_a_mean_proves_no_calibrated_gate():
 def test_the_ladder_reverts_the_most_harmful_layers_up_to_all_but_one():
     harm = [0.001, 0.005, 0.002, 0.0005, 0.003, 0.0]
     assert list(plan_ladder(harm)) == [
-        FloatLayers((2,)),
-        FloatLayers((2, 5)),
-        FloatLayers((2, 3, 5)),
-        FloatLayers((1, 2, 3, 5)),
-        FloatLayers((1, 2, 3, 4, 5)),  # layer 6 harms least: the one left in int8
+        FloatLayers((2,), "bf16"),
+        FloatLayers((2, 5), "bf16"),
+        FloatLayers((2, 3, 5), "bf16"),
+        FloatLayers((1, 2, 3, 5), "bf16"),
+        FloatLayers((1, 2, 3, 4, 5), "bf16"),  # layer 6 harms least: the one left in int8
     ]
-    # Float layers in fp32 (a CPU without bf16): at most half of them.
+    # Float layers in fp32 (a CPU without bf16, or bf16's fallback): at most half of them.
     assert list(plan_ladder(harm, float_in_bf16=False)) == [
-        FloatLayers((2,)),
-        FloatLayers((2, 5)),
-        FloatLayers((2, 3, 5)),
+        FloatLayers((2,), "f32"),
+        FloatLayers((2, 5), "f32"),
+        FloatLayers((2, 3, 5), "f32"),
     ]
-    assert list(plan_ladder([0.1, 0.2])) == [FloatLayers((2,))]
+    assert list(plan_ladder([0.1, 0.2])) == [FloatLayers((2,), "bf16")]
     assert list(plan_ladder([0.1])) == []  # one layer: in float, nothing would be int8
     twelve = list(plan_ladder([float(k) for k in range(12)]))
     assert [len(plan.layers) for plan in twelve] == list(range(1, 12))
-    assert twelve[-1].layers == tuple(range(2, 13)) and twelve[-1].label.endswith("float")
+    assert twelve[-1].layers == tuple(range(2, 13))
+    assert twelve[-1].label == "layers 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 float (bf16)"
     in_fp32 = list(plan_ladder([float(k) for k in range(12)], float_in_bf16=False))
     assert [len(plan.layers) for plan in in_fp32] == list(range(1, 7))
+    assert in_fp32[0].label == "layers 12 float (fp32)"
     assert FloatLayers().label == "all layers int8"
 
 

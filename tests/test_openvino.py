@@ -12,7 +12,7 @@ import spacy
 from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, same_result
 
 import spacy_accelerate
-from spacy_accelerate import calibration, exported, openvino_runtime
+from spacy_accelerate import calibration, exported, openvino_quantize, openvino_runtime
 from spacy_accelerate.benchmark import agreement
 from spacy_accelerate.config import Precision
 from spacy_accelerate.doc_outputs import token_cosines
@@ -183,7 +183,7 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     assert parity.worst_mean_cosine >= 0.995 and parity.read_pieces > 1000
     entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["plan"] == parity.plan
-    assert parity.plan == "all layers int8" or parity.plan.endswith("float")
+    assert re.fullmatch(r"all layers int8|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan)
     # What is not int8 runs in bf16 where the CPU has it: the hint the plan was judged with.
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT")
     assert hint.to_string() == ("bf16" if "BF16" in openvino_runtime.cpu_capabilities() else "f32")
@@ -237,6 +237,38 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
         spacy_accelerate.optimize(
             again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.999
         )
+
+
+def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    if openvino_runtime.precision_hint(Precision.INT8) != "bf16":
+        pytest.skip("this CPU has no bf16: int8's float layers are fp32 from the start")
+    real_verdict = openvino_quantize._verdict
+    hints: list[str] = []
+
+    def bf16_fails(report, gate, session, judge):  # as if bf16's own error failed the gate
+        hint = session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        hints.append(hint)
+        if len(hints) == 1 or hint == "bf16":  # all-int8, then every bf16 plan
+            return f"refused by the test ({hint})"
+        return real_verdict(report, gate, session, judge)
+
+    monkeypatch.setattr(openvino_quantize, "_verdict", bf16_fails)
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    # Two layers: all-int8, the one bf16 plan, then the one fp32 plan.
+    assert hints == ["bf16", "bf16", "f32"]
+    assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
+    assert proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
+    # The IR carries the precision it was judged in: a warm start compiles it the same way.
+    monkeypatch.undo()
+    again = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
+    warm = spacy_accelerate.accelerated_components(again)["transformer"]
+    assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
+    assert warm.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
 
 
 def test_calibration_texts_are_part_of_the_key_and_saved(

@@ -10,22 +10,25 @@ the pipeline's own tags and entities with PyTorch's (the ``judge``).
 When the all-int8 model fails, the transformer layers whose quantization
 adds the most error go back to float, most harmful first: the most float
 layers the ladder allows is tried first (all layers but one where they run
-in bf16, half of them in fp32; if that fails, fewer would too: refused after
-two attempts in all), then the fewest float layers that pass are found by
-bisection (the plans are nested) and served. Each plan is the all-int8 model
-with its layers' MatMuls put back in float (:mod:`.openvino_float_layers`),
-not another quantization. A layer's harm is read off the all-int8 model's own
-parity report, for free: how much the mean cosine drops from the hidden state
-before the layer to the one after it. The plan is logged and recorded in the
-manifest, so how much of the model is int8 is never hidden. (NNCF's own
-accuracy-aware search reverts one quantizer at a time with a full evaluation
-after each; on MiniLM it took minutes and did not converge in our trials,
-while this quantizes once and judges at most six models for 12 layers:
-all-int8, then at most five plans of the ladder.)
+in bf16, half of them in fp32; if that fails, fewer would too), then the
+fewest float layers that pass are found by bisection (the plans are nested)
+and served. Where the CPU has bf16 and no bf16 plan passes, the float layers
+go to fp32 and the fp32 ladder is searched the same way: bf16's own error
+can be what fails the gate. A refusal costs two or three models judged. Each
+plan is the all-int8 model with its layers' MatMuls put back in float
+(:mod:`.openvino_float_layers`), not another quantization. A layer's harm is
+read off the all-int8 model's own parity report, for free: how much the mean
+cosine drops from the hidden state before the layer to the one after it. The
+plan is logged and recorded in the manifest, so how much of the model is
+int8 is never hidden. (NNCF's own accuracy-aware search reverts one
+quantizer at a time with a full evaluation after each; on MiniLM it took
+minutes and did not converge in our trials, while this quantizes once and
+judges at most six models for 12 layers: all-int8, then at most five plans
+of the bf16 ladder; four more when it falls back to fp32.)
 
-The layers left in float run in bf16 where the CPU computes in bf16, in fp32
-otherwise (:func:`.openvino_runtime.precision_hint`); each plan is judged as
-it will be served.
+The precision of the float layers is recorded in the plan's IR
+(:func:`.openvino_runtime.served_hint`), so each plan is judged, and later
+compiled again, exactly as it is served.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from .config import Precision, Provider
 from .errors import AccuracyError, AgreementError, ConversionError
 from .gate import Gate
 from .openvino_float_layers import with_float_layers
-from .openvino_runtime import IR_FILE, import_openvino, precision_hint
+from .openvino_runtime import FLOAT_LAYERS_RT_INFO, IR_FILE, import_openvino, precision_hint
 from .parity import ParityReport, check_parity, reference_outputs
 from .providers import import_runtime
 
@@ -90,15 +93,18 @@ def layer_harm(report: ParityReport, spec: EncoderSpec) -> list[float]:
 
 @dataclass(frozen=True)
 class FloatLayers:
-    """A quantization plan: the transformer layers (1-based) left in float."""
+    """A quantization plan: the transformer layers (1-based) left in float, and the
+    OpenVINO hint they run in (``bf16`` or ``f32``)."""
 
     layers: tuple[int, ...] = ()
+    hint: str = "f32"
 
     @property
     def label(self) -> str:
         if not self.layers:
             return "all layers int8"
-        return "layers " + ", ".join(map(str, self.layers)) + " float"
+        precision = "bf16" if self.hint == "bf16" else "fp32"
+        return "layers " + ", ".join(map(str, self.layers)) + f" float ({precision})"
 
 
 def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterator[FloatLayers]:
@@ -115,8 +121,9 @@ def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterato
     gate needed eight of twelve layers in bf16."""
     ranked = sorted(range(1, len(harm) + 1), key=lambda layer: harm[layer - 1], reverse=True)
     most = len(ranked) - 1 if float_in_bf16 else len(ranked) // 2
+    hint = "bf16" if float_in_bf16 else "f32"
     for count in range(1, most + 1):
-        yield FloatLayers(tuple(sorted(ranked[:count])))
+        yield FloatLayers(tuple(sorted(ranked[:count])), hint)
 
 
 class Verdict(Protocol):
@@ -205,7 +212,9 @@ def quantize_within_gate(
         if quantized is None:
             logger.info("OpenVINO int8 plan %r: quantized again by NNCF", plan.label)
             quantized = quantize(kept)
-        path = folder / f"plan-{len(plan.layers)}-{IR_FILE}"
+        if plan.layers:  # compiled, on a warm start too, in the precision judged here
+            quantized.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
+        path = folder / f"plan-{len(plan.layers)}-{plan.hint}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
         session = open_session(path)
         # Measured without a gate: the verdict also needs the agreement, and a refused
@@ -227,9 +236,13 @@ def quantize_within_gate(
 
     chosen = attempt(FloatLayers())
     if not chosen.passed:
+        harm = layer_harm(chosen.report, detected.spec)
         in_bf16 = precision_hint(Precision.INT8) == "bf16"
-        ladder = plan_ladder(layer_harm(chosen.report, detected.spec), float_in_bf16=in_bf16)
-        found = search_ladder(list(ladder), attempt)
+        found = search_ladder(list(plan_ladder(harm, float_in_bf16=in_bf16)), attempt)
+        if in_bf16 and (found is None or not found.passed):
+            # bf16's own error may be what fails the gate: the float layers in fp32 then,
+            # at most half of them, as on a CPU without bf16.
+            found = search_ladder(list(plan_ladder(harm, float_in_bf16=False)), attempt)
         chosen = found or chosen
     for candidate_file in folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
         if chosen.passed and candidate_file.name.startswith(chosen.path.stem + "."):
@@ -238,8 +251,7 @@ def quantize_within_gate(
             candidate_file.unlink()
     if not chosen.passed:
         raise AccuracyError(
-            f"No int8 plan with at most {len(chosen.plan.layers)} of the {len(layer_nodes)} "
-            "layers in float keeps this model within the gate, so no int8 model was served "
+            "No int8 plan keeps this model within the gate, so no int8 model was served "
             "and the pipeline is unchanged. Use precision='bf16' or 'fp32', calibrate on "
             "texts like yours (calibration_texts=...), or lower min_cosine / min_agreement "
             "if less accuracy is enough for you. Plans tried: " + " | ".join(refused)

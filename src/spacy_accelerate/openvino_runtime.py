@@ -83,6 +83,20 @@ def precision_hint(precision: Precision) -> str:
     return PRECISION_HINTS[precision]
 
 
+#: Where an int8 IR records the precision its float layers were judged in, when that
+#: is not :func:`precision_hint`'s (accuracy control's fp32 fallback on a bf16 CPU).
+FLOAT_LAYERS_RT_INFO = ["spacy_accelerate", "float_layers_precision"]
+
+
+def served_hint(model: Any, precision: Precision) -> str:
+    """The hint ``model`` (an IR read by OpenVINO) is compiled with: the one recorded in
+    it when its plan was judged in another precision, :func:`precision_hint` otherwise.
+    Kept in the IR, so a warm start compiles the model exactly as it was judged."""
+    if precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO):
+        return str(model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str))
+    return precision_hint(precision)
+
+
 def cpu_slug() -> str:
     """A folder name for this CPU model and OpenVINO release (compiled blobs are specific
     to both)."""
@@ -168,12 +182,13 @@ class OpenVINOSession:
         core = ov.Core()
         if cache_dir is not None:
             core.set_property({"CACHE_DIR": str(cache_dir)})
-        hint = precision_hint(config.precision)
+        model = core.read_model(str(model_path))
+        hint = served_hint(model, config.precision)
         # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
         # content, so the blob made while the entry was built (in a temporary folder) is
         # found again once the entry has its final name.
         self.compiled = core.compile_model(
-            core.read_model(str(model_path)),
+            model,
             "CPU",
             {
                 "INFERENCE_PRECISION_HINT": hint,
