@@ -140,9 +140,9 @@ def search_ladder(ladder: Sequence[FloatLayers], attempt: Callable[[FloatLayers]
     or the failed attempt at its last plan (None for an empty ladder).
 
     The last plan (the most float layers) is tried first: when even that fails,
-    fewer float layers would too, and the refusal costs one attempt. Otherwise the plans
-    are nested (each keeps the previous one's layers in float), so bisection finds
-    the fewest that pass."""
+    fewer float layers would too, and the refusal costs one attempt. Otherwise the
+    plans are nested (each keeps the previous one's layers in float), so bisection
+    finds the fewest that pass."""
     if not ladder:
         return None
     chosen = attempt(ladder[-1])
@@ -214,7 +214,8 @@ def quantize_within_gate(
             quantized = quantize(kept)
         if plan.layers:  # compiled, on a warm start too, in the precision judged here
             quantized.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
-        path = folder / f"plan-{len(plan.layers)}-{plan.hint}-{IR_FILE}"
+        name = f"{len(plan.layers)}-{plan.hint}" if plan.layers else "int8"
+        path = folder / f"plan-{name}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
         session = open_session(path)
         # Measured without a gate: the verdict also needs the agreement, and a refused

@@ -72,26 +72,26 @@ def precision_hint(precision: Precision) -> str:
     An int8 model's quantized MatMuls run in int8 whatever the hint; the hint sets
     what the rest runs in, including the layers accuracy control left in float.
     Those run in bf16 where OpenVINO's CPU plugin reports ``BF16`` (AVX512_BF16 and
-    AMX-BF16 among what it counts): on trf-base's plan with half
-    of the layers in float that was 1.6x as fast as f32 (0.70 s vs 1.15 s per
-    16 x 128 batch), with the same mean token cosine to PyTorch (0.99994), while
-    the all-int8 model's speed did not change.
-    The plan is chosen, and judged, with the hint it is served with, and the hint is
-    part of the cache key (:func:`openvino_key`)."""
+    AMX-BF16 among what it counts): on trf-base's plan with half of the layers in
+    float that was 1.6x as fast as f32 (0.70 s vs 1.15 s per 16 x 128 batch), with
+    the same mean token cosine to PyTorch (0.99994), while the all-int8 model's
+    speed did not change. This is where accuracy control starts; a plan's IR
+    records the hint it was judged with (:func:`served_hint`), and this one is part
+    of the cache key (:func:`openvino_key`)."""
     if precision is Precision.INT8:
         return "bf16" if "BF16" in cpu_capabilities() else "f32"
     return PRECISION_HINTS[precision]
 
 
-#: Where an int8 IR records the precision its float layers were judged in, when that
-#: is not :func:`precision_hint`'s (accuracy control's fp32 fallback on a bf16 CPU).
+#: Where the IR of an int8 plan with float layers records the hint they were judged
+#: in: :func:`precision_hint`'s, or ``f32`` after accuracy control's fallback.
 FLOAT_LAYERS_RT_INFO = ["spacy_accelerate", "float_layers_precision"]
 
 
 def served_hint(model: Any, precision: Precision) -> str:
-    """The hint ``model`` (an IR read by OpenVINO) is compiled with: the one recorded in
-    it when its plan was judged in another precision, :func:`precision_hint` otherwise.
-    Kept in the IR, so a warm start compiles the model exactly as it was judged."""
+    """The hint ``model`` (an IR read by OpenVINO) is compiled with: the one its int8
+    plan was judged with, where recorded, :func:`precision_hint` otherwise. Kept in
+    the IR, so a warm start compiles the model exactly as it was judged."""
     if precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO):
         return str(model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str))
     return precision_hint(precision)
