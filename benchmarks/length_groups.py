@@ -27,12 +27,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import alternate, write_report  # noqa: E402
-from spacy_accelerate.calibration import record_calls  # noqa: E402
-from spacy_accelerate.samples import ewt  # noqa: E402
+from spacy_accelerate.benchmark import (  # noqa: E402
+    alternate,
+    recorded_test_batches,
+    write_report,
+)
 from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
-from spacy_accelerate.shim import find_shim  # noqa: E402
-from spacy_accelerate.validate import find_transformer_components  # noqa: E402
 
 DEFAULT_VARIANTS = ("cpu:fp32", "cpu:int8", "openvino:fp32", "openvino:int8")
 
@@ -53,8 +53,6 @@ def main() -> None:
     args = parser.parse_args()
 
     nlp = load_benchmark_pipeline(args.pipeline)
-    texts = ewt.document_texts("test", sentences=args.sentences)
-    location = find_shim(find_transformer_components(nlp)[0])
     cache = Path(tempfile.mkdtemp())
     runners: dict[str, Any] = {}
     for variant in args.variants:
@@ -67,7 +65,7 @@ def main() -> None:
         runners[variant] = proxy.session.runner
         spec = proxy.spec
         spacy_accelerate.restore(nlp)
-    calls, _ = record_calls(nlp, location, spec, texts)
+    calls = recorded_test_batches(nlp, spec, args.sentences)
     last = [spec.hidden_state_names[-1]]
     masks = [call.attention_mask.astype(bool) for call in calls]
     pieces = sum(int(mask.sum()) for mask in masks)

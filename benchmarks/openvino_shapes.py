@@ -29,14 +29,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import alternate, write_report  # noqa: E402
-from spacy_accelerate.calibration import record_calls  # noqa: E402
+from spacy_accelerate.benchmark import (  # noqa: E402
+    alternate,
+    recorded_test_batches,
+    write_report,
+)
 from spacy_accelerate.encoder_inputs import EncoderInputs  # noqa: E402
 from spacy_accelerate.openvino_runtime import IR_FILE, import_openvino  # noqa: E402
-from spacy_accelerate.samples import ewt  # noqa: E402
 from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
-from spacy_accelerate.shim import find_shim  # noqa: E402
-from spacy_accelerate.validate import find_transformer_components  # noqa: E402
 
 #: Bucket granularity: finer than the GPU providers' powers of two, to give static
 #: shapes their best case on a CPU (less padding, more models to compile).
@@ -73,14 +73,12 @@ def main() -> None:
     args = parser.parse_args()
 
     nlp = load_benchmark_pipeline(args.pipeline)
-    texts = ewt.document_texts("test", sentences=args.sentences)
-    location = find_shim(find_transformer_components(nlp)[0])
     cache = Path(tempfile.mkdtemp())
     spacy_accelerate.optimize(nlp, "openvino", args.precision, cache_dir=cache, warmup=False)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
     spec = proxy.spec
     spacy_accelerate.restore(nlp)
-    calls, _ = record_calls(nlp, location, spec, texts)
+    calls = recorded_test_batches(nlp, spec, args.sentences)
     names = list(spec.input_names)
     last = spec.hidden_state_names[-1]
 

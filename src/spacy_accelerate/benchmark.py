@@ -22,8 +22,10 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from .architectures.spec import EncoderSpec
 from .baselines import Accelerated, PyTorch, Variant
 from .doc_outputs import token_cosines
+from .encoder_inputs import EncoderInputs
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,20 @@ def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int) -> dict[s
             run()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def recorded_test_batches(nlp: Language, spec: EncoderSpec, sentences: int) -> list[EncoderInputs]:
+    """The batches spaCy hands ``nlp``'s first transformer (run on PyTorch) over the first
+    ``sentences`` UD-EWT test sentences: strided spans padded to the longest, exactly as
+    served, for the benchmarks that time the encoder alone."""
+    from .calibration import record_calls  # it imports the proxy, which imports more
+    from .samples import ewt
+    from .shim import find_shim
+    from .validate import find_transformer_components
+
+    location = find_shim(find_transformer_components(nlp)[0])
+    calls, _ = record_calls(nlp, location, spec, ewt.document_texts("test", sentences=sentences))
+    return calls
 
 
 def write_report(report: dict[str, Any], output: Path | None) -> None:
