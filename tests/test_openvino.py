@@ -119,6 +119,13 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     config = spacy_accelerate.config.build_config("openvino", "fp32")
     assert exported._export_options(config)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
+    assert "int8_plans" not in key  # and by int8's plans
+    # An int8 entry chosen among other kinds of plan is not reused.
+    assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] == [
+        "static int8",
+        "dynamic int8",
+        "float layers",
+    ]
     cpu = spacy_accelerate.config.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu)
 
@@ -161,9 +168,10 @@ def test_int8_that_changes_the_pipelines_annotations_is_refused(
     with pytest.raises(AccuracyError, match="agree with PyTorch's on") as caught:
         spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.999)
     message = str(caught.value)
-    # The whole ladder was tried: all-int8, then the worse of the two layers in float
-    # (where the CPU has bf16, in bf16 first and then in fp32).
-    assert "all layers int8" in message and re.search(r"layers [12] float \(fp32\)", message)
+    # Every kind of plan was tried: static int8, dynamic int8, then the worse of the two
+    # layers in float (where the CPU has bf16, in bf16 first and then in fp32).
+    assert "all layers int8" in message and "dynamic int8" in message
+    assert re.search(r"layers [12] float \(fp32\)", message)
     assert "min_agreement" in message  # says what to change
     assert not spacy_accelerate.is_optimized(nlp)
     assert spacy_accelerate.list_cached(cache_dir) == []  # nothing refused is stored
@@ -184,10 +192,14 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     assert parity.worst_mean_cosine >= 0.995 and parity.read_pieces > 1000
     entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["plan"] == parity.plan
-    assert re.fullmatch(r"all layers int8|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan)
-    # What is not int8 runs in bf16 where the CPU has it: the hint the plan was judged with.
+    assert re.fullmatch(
+        r"all layers int8|dynamic int8 \(.+\)|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan
+    )
+    # What is not int8 runs in the hint the plan was judged with: bf16 where the CPU has it,
+    # except around dynamic int8.
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT")
-    assert hint.to_string() == ("bf16" if "BF16" in openvino_runtime.cpu_capabilities() else "f32")
+    in_bf16 = "BF16" in openvino_runtime.cpu_capabilities() and "dynamic" not in parity.plan
+    assert hint.to_string() == ("bf16" if in_bf16 else "f32")
     assert len(entry.manifest["key_inputs"]["export"]["calibration_sha256"]) == 64
     assert set(entry.manifest["files"]) == {IR_FILE, IR_WEIGHTS, "parity.json", "spot_check.npz"}
     actual = run(nlp, texts, batch_size=8)
@@ -251,7 +263,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     def bf16_fails(report, gate, session, judge):  # as if bf16's own error failed the gate
         hint = session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         hints.append(hint)
-        if len(hints) == 1 or hint == "bf16":  # all-int8, then every bf16 plan
+        if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
             return f"refused by the test ({hint})"
         return real_verdict(report, gate, session, judge)
 
@@ -259,8 +271,8 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    # Two layers: all-int8, the one bf16 plan, then the one fp32 plan.
-    assert hints == ["bf16", "bf16", "f32"]
+    # Two layers: static int8, dynamic int8, the one bf16 plan, then the one fp32 plan.
+    assert hints == ["bf16", "f32", "bf16", "f32"]
     assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
     assert proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
     # The IR carries the precision it was judged in: a warm start compiles it the same way.
@@ -270,6 +282,51 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
     assert warm.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
+
+
+def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    real_verdict = openvino_quantize._verdict
+    judged: list[str] = []
+
+    def static_fails(report, gate, session, judge):
+        judged.append(_plan_settings(session.compiled))
+        if len(judged) == 1:
+            return "refused by the test"
+        return real_verdict(report, gate, session, judge)
+
+    monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 128)"
+    assert len(judged) == 2 and judged[1] == "f32, groups of 128"
+    assert _plan_settings(proxy.session.compiled) == "f32, groups of 128"
+    # Its weights are stored in int8 (NNCF's weight compression), its activations are not
+    # quantized in the IR: OpenVINO quantizes them at run time.
+    import openvino as ov
+
+    served = ov.Core().read_model(str(proxy.exported.path / IR_FILE))
+    ops = [op.get_type_name() for op in served.get_ops()]
+    int8_weights = [
+        op
+        for op in served.get_ops()
+        if op.get_type_name() == "Constant" and op.get_output_element_type(0) == ov.Type.u8
+    ]
+    assert "FakeQuantize" not in ops and len(int8_weights) >= 6  # six MatMuls per layer
+    # A warm start compiles the stored plan with the settings its IR records.
+    monkeypatch.undo()
+    again = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
+    warm = spacy_accelerate.accelerated_components(again)["transformer"]
+    assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
+    assert _plan_settings(warm.session.compiled) == "f32, groups of 128"
+
+
+def _plan_settings(compiled) -> str:
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+    return f"{hint}, groups of {compiled.get_property('DYNAMIC_QUANTIZATION_GROUP_SIZE')}"
 
 
 def test_calibration_texts_are_part_of_the_key_and_saved(

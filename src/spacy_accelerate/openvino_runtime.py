@@ -47,6 +47,10 @@ IR_WEIGHTS = "model.bin"
 PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: "bf16"}
 
 
+#: The kinds of int8 plan accuracy control tries, in its order (part of the cache key).
+INT8_PLAN_KINDS = ("static int8", "dynamic int8", "float layers")
+
+
 def import_openvino() -> ModuleType:
     return import_runtime("openvino", "OpenVINO", Provider.OPENVINO)
 
@@ -83,9 +87,13 @@ def precision_hint(precision: Precision) -> str:
     return PRECISION_HINTS[precision]
 
 
-#: Where the IR of an int8 plan with float layers records the hint they were judged
-#: in: :func:`precision_hint`'s, or ``f32`` after accuracy control's fallback.
+#: Where the IR of an int8 plan records the hint its float part was judged in:
+#: :func:`precision_hint`'s, or ``f32`` (accuracy control's fallback, dynamic int8).
 FLOAT_LAYERS_RT_INFO = ["spacy_accelerate", "float_layers_precision"]
+
+#: Where the IR of a dynamic int8 plan records the group size its activations are
+#: quantized in at run time (OpenVINO's ``DYNAMIC_QUANTIZATION_GROUP_SIZE``).
+DYNAMIC_QUANTIZATION_RT_INFO = ["spacy_accelerate", "dynamic_quantization_group_size"]
 
 
 def served_hint(model: Any, precision: Precision) -> str:
@@ -95,6 +103,18 @@ def served_hint(model: Any, precision: Precision) -> str:
     if precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO):
         return str(model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str))
     return precision_hint(precision)
+
+
+def compile_settings(model: Any, precision: Precision) -> dict[str, Any]:
+    """The plugin settings that make ``model`` compute as it was judged: its hint and,
+    for a dynamic int8 plan, the group size of its activations' run-time quantization
+    (OpenVINO's own default, 32, ran at 0.8x the speed on trf-base, see
+    :class:`.openvino_quantize.DynamicInt8`)."""
+    settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": served_hint(model, precision)}
+    if precision is Precision.INT8 and model.has_rt_info(DYNAMIC_QUANTIZATION_RT_INFO):
+        group = model.get_rt_info(DYNAMIC_QUANTIZATION_RT_INFO).astype(int)
+        settings["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = group
+    return settings
 
 
 def cpu_slug() -> str:
@@ -109,8 +129,9 @@ def cpu_slug() -> str:
 def openvino_key(precision: Precision) -> dict[str, Any]:
     """What the served IR (and, with int8, its quantization) depends on besides the
     weights: the OpenVINO and NNCF releases, the CPU's capability set and, for int8,
-    what its float layers run in (entries whose plan was judged with them in fp32,
-    before they ran in bf16, are not reused)."""
+    what its float layers run in and which kinds of plan accuracy control searches
+    (entries chosen by an older search, which could not serve a faster plan found
+    now, are not reused)."""
     versions: dict[str, Any] = {"openvino": import_openvino().__version__}
     try:
         versions["nncf"] = importlib.import_module("nncf").__version__
@@ -119,6 +140,7 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
     key = {**versions, "cpu": sorted(cpu_capabilities())}
     if precision is Precision.INT8:
         key["int8_float_layers"] = precision_hint(precision)
+        key["int8_plans"] = list(INT8_PLAN_KINDS)
     return key
 
 
@@ -183,7 +205,6 @@ class OpenVINOSession:
         if cache_dir is not None:
             core.set_property({"CACHE_DIR": str(cache_dir)})
         model = core.read_model(str(model_path))
-        hint = served_hint(model, config.precision)
         # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
         # content, so the blob made while the entry was built (in a temporary folder) is
         # found again once the entry has its final name.
@@ -191,7 +212,7 @@ class OpenVINOSession:
             model,
             "CPU",
             {
-                "INFERENCE_PRECISION_HINT": hint,
+                **compile_settings(model, config.precision),
                 "PERFORMANCE_HINT": "LATENCY",
                 "INFERENCE_NUM_THREADS": config.intra_op_threads,
                 "NUM_STREAMS": 1,
