@@ -303,18 +303,19 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 128)"
     assert len(judged) == 2 and judged[1] == "f32, groups of 128"
     assert _plan_settings(proxy.session.compiled) == "f32, groups of 128"
-    # Its weights are stored in int8 (NNCF's weight compression), its activations are not
-    # quantized in the IR: OpenVINO quantizes them at run time.
+    # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
+    # is quantized in the IR: OpenVINO quantizes them at run time.
     import openvino as ov
 
     served = ov.Core().read_model(str(proxy.exported.path / IR_FILE))
-    ops = [op.get_type_name() for op in served.get_ops()]
-    int8_weights = [
+    weighted = [
         op
         for op in served.get_ops()
-        if op.get_type_name() == "Constant" and op.get_output_element_type(0) == ov.Type.u8
+        if op.get_type_name() == "MatMul" and not _reads_activation(op.input_value(1))
     ]
-    assert "FakeQuantize" not in ops and len(int8_weights) >= 6  # six MatMuls per layer
+    assert len(weighted) == 12  # six per layer, two layers
+    assert all(_stored_in_int8(op.input_value(1)) for op in weighted)
+    assert "FakeQuantize" not in {op.get_type_name() for op in served.get_ops()}
     # A warm start compiles the stored plan with the settings its IR records.
     monkeypatch.undo()
     again = spacy.load(sample_path("roberta"))
@@ -322,6 +323,27 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
     assert _plan_settings(warm.session.compiled) == "f32, groups of 128"
+
+
+def _reads_activation(value) -> bool:
+    """Whether ``value`` depends on a model input (else it is a constant weight)."""
+    stack, seen = [value.get_node()], set()
+    while stack:
+        node = stack.pop()
+        if node.get_type_name() == "Parameter":
+            return True
+        if node.get_friendly_name() not in seen:
+            seen.add(node.get_friendly_name())
+            stack.extend(source.get_node() for source in node.input_values())
+    return False
+
+
+def _stored_in_int8(value) -> bool:
+    """Whether the weight ``value`` is decompressed from an int8 constant."""
+    node = value.get_node()
+    if node.get_type_name() == "Constant":
+        return node.get_output_element_type(0).to_string() in {"u8", "i8"}
+    return any(_stored_in_int8(source) for source in node.input_values())
 
 
 def _plan_settings(compiled) -> str:

@@ -145,7 +145,7 @@ class DynamicInt8:
     time, each token's in groups of ``group_size`` channels; the rest in fp32.
 
     Why it comes right after static int8: scales made for each token are more
-    accurate than NNCF's static ones, and it runs close to their speed. trf-base
+    accurate than NNCF's static ones, and it runs at 80% of their speed. trf-base
     encoder on real spans, as fast as fp32 (``benchmarks/openvino_dynamic_int8.py``,
     ``benchmarks/results/openvino_dynamic_int8-trf-base.json``): static int8 3.27x,
     dynamic int8 2.62x (2.09x with OpenVINO's default groups of 32, 2.75x with one
