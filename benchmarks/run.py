@@ -98,8 +98,8 @@ def peak_rss_mib() -> float:
 
 def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
     """Cold (empty cache: convert, export, gate) and warm (cache hit, gate re-run) seconds,
-    and the quantization plan served (OpenVINO int8: which layers accuracy control left
-    in float)."""
+    and the quantization plan served (OpenVINO int8: static, dynamic, or which layers
+    accuracy control left in float), with the plans it refused and why."""
     with tempfile.TemporaryDirectory() as folder:
         options = {**variant.options, "cache_dir": folder}
         start = time.perf_counter()
@@ -108,13 +108,15 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
         start = time.perf_counter()
         Accelerated(options).apply(nlp)
         warm = time.perf_counter() - start
-    plans = {
-        name: component.exported.plan
-        for name, component in spacy_accelerate.accelerated_components(nlp).items()
-        if component.exported.plan is not None
-    }
+    components = spacy_accelerate.accelerated_components(nlp).items()
+    plans = {name: c.exported.plan for name, c in components if c.exported.plan is not None}
+    refused = {name: list(c.exported.refused) for name, c in components if c.exported.refused}
     times: dict[str, Any] = {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
-    return {**times, "plans": plans} if plans else times
+    if plans:
+        times["plans"] = plans
+    if refused:
+        times["plans_refused"] = refused
+    return times
 
 
 def gold_scores(nlp: Language, docs: list, gold: list) -> dict[str, float]:
@@ -251,8 +253,11 @@ def markdown(results: dict[str, Any]) -> str:
             )
     for pipeline, report in results["pipelines"].items():
         for variant, row in report["variants"].items():
-            for name, plan in row.get("optimize", {}).get("plans", {}).items():
+            optimized = row.get("optimize", {})
+            for name, plan in optimized.get("plans", {}).items():
                 lines.append(f"\n{pipeline} / {variant}: plan served for {name!r}: {plan}")
+                for reason in optimized.get("plans_refused", {}).get(name, []):
+                    lines.append(f"- refused: {reason}")
         for variant, reason in report.get("refused", {}).items():
             lines.append(f"\n{pipeline} / {variant}: refused by the gate: {reason}")
     if results["skipped"]:

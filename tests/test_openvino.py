@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from spacy_accelerate import calibration, exported, openvino_quantize, openvino_
 from spacy_accelerate.benchmark import agreement
 from spacy_accelerate.config import Precision
 from spacy_accelerate.doc_outputs import token_cosines
+from spacy_accelerate.encoder_inputs import EncoderInputs
 from spacy_accelerate.errors import AccuracyError, InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.openvino_runtime import IR_FILE, IR_WEIGHTS, OpenVINORunner
 
@@ -120,12 +122,10 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     assert exported._export_options(config)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
     assert "int8_plans" not in key  # and by int8's plans
-    # An int8 entry chosen among other kinds of plan is not reused.
-    assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] == [
-        "static int8",
-        "dynamic int8",
-        "float layers",
-    ]
+    # An int8 entry chosen among other plans (here: dynamic int8 in other groups) is not reused.
+    plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
+    monkeypatch.setattr(openvino_runtime, "DYNAMIC_INT8_GROUP_SIZE", 64)
+    assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] != plans
     cpu = spacy_accelerate.config.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu)
 
@@ -300,9 +300,9 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 128)"
-    assert len(judged) == 2 and judged[1] == "f32, groups of 128"
-    assert _plan_settings(proxy.session.compiled) == "f32, groups of 128"
+    assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 32)"
+    assert len(judged) == 2 and judged[1] == "f32, groups of 32"
+    assert _plan_settings(proxy.session.compiled) == "f32, groups of 32"
     # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
     # is quantized in the IR: OpenVINO quantizes them at run time.
     import openvino as ov
@@ -316,16 +316,45 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     assert len(weighted) == 12  # six per layer, two layers
     assert all(_stored_in_int8(op.input_value(1)) for op in weighted)
     assert "FakeQuantize" not in {op.get_type_name() for op in served.get_ops()}
+    # The activations really are quantized at run time: without it (weights int8 only),
+    # the same IR computes other hidden states.
+    ids = np.arange(5, 37, dtype=np.int64).reshape(2, 16)
+    batch = EncoderInputs.from_ids(ids, proxy.spec.padding_idx).feeds(proxy.session.input_names)
+    weight_only = ov.Core().compile_model(
+        served, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    )
+    last = proxy.spec.hidden_state_names[-1]
+    plain = weight_only.create_infer_request().infer(batch)[weight_only.output(last)]
+    dynamic = proxy.session.runner.run_whole(batch, [last])[0]
+    assert np.abs(plain - dynamic).max() > 1e-4
     # A warm start compiles the stored plan with the settings its IR records.
     monkeypatch.undo()
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
-    assert _plan_settings(warm.session.compiled) == "f32, groups of 128"
+    assert _plan_settings(warm.session.compiled) == "f32, groups of 32"
 
 
-def _reads_activation(value) -> bool:
+@pytest.mark.parametrize(
+    ("widths", "group"),
+    [((768, 3072), 128), ((384, 1536), 128), ((48, 100), 32), ((40,), 32), ((8,), 8)],
+)
+def test_dynamic_int8_groups_fit_the_narrowest_weighted_matmul(widths: tuple[int, ...], group: int):
+    import openvino as ov
+
+    opset = ov.opset13
+    tokens = opset.parameter(ov.PartialShape([-1, -1, widths[0]]), ov.Type.f32)
+    hidden = tokens.output(0)
+    for width, out in zip(widths, (*widths[1:], widths[0]), strict=True):
+        weight = opset.constant(np.zeros((width, out), dtype=np.float32))
+        hidden = opset.matmul(hidden, weight, False, False).output(0)
+    scores = opset.matmul(hidden, hidden, False, True)  # no weight: its width does not count
+    model = ov.Model([scores], [tokens])
+    assert openvino_quantize.dynamic_group_size(model) == group
+
+
+def _reads_activation(value: Any) -> bool:
     """Whether ``value`` depends on a model input (else it is a constant weight)."""
     stack, seen = [value.get_node()], set()
     while stack:
@@ -338,7 +367,7 @@ def _reads_activation(value) -> bool:
     return False
 
 
-def _stored_in_int8(value) -> bool:
+def _stored_in_int8(value: Any) -> bool:
     """Whether the weight ``value`` is decompressed from an int8 constant."""
     node = value.get_node()
     if node.get_type_name() == "Constant":
@@ -346,7 +375,7 @@ def _stored_in_int8(value) -> bool:
     return any(_stored_in_int8(source) for source in node.input_values())
 
 
-def _plan_settings(compiled) -> str:
+def _plan_settings(compiled: Any) -> str:
     hint = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
     return f"{hint}, groups of {compiled.get_property('DYNAMIC_QUANTIZATION_GROUP_SIZE')}"
 

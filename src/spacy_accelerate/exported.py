@@ -60,6 +60,8 @@ class ExportedModel:
     #: The int8 quantization plan served: chosen when the entry was built and read
     #: back from its manifest on a hit, verified again or not.
     plan: str | None = None
+    #: The other int8 plans tried when the entry was built, and why each was refused.
+    refused: tuple[str, ...] = ()
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -105,7 +107,7 @@ def _quantize_within_gate(
             continue
         float_model.unlink()
         logger.info("int8 plan %r passed the gate (%d MatMuls kept float)", plan.value, kept)
-        return session, replace(report, plan=plan.value)
+        return session, replace(report, plan=plan.value, refused=tuple(refused))
     float_model.unlink()
     raise AccuracyError(
         "No int8 plan keeps this model within the gate, so no int8 model was served and the "
@@ -230,10 +232,11 @@ def get_or_export(
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         built.append((session, report))
-        return {"plan": report.plan} if report.plan else {}
+        return {"plan": report.plan, "refused": list(report.refused)} if report.plan else {}
 
     result = cache.get_or_build(key, inputs, build)
-    plan = (result.entry.manifest.get("built") or {}).get("plan")
+    built_with = result.entry.manifest.get("built") or {}
+    plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
     if built:
         session, parity = built[0]
     else:
@@ -249,7 +252,8 @@ def get_or_export(
         parity = check_parity(
             module, detected, session, window=window, gate=checked, batches=batches
         )
-        parity = replace(parity, plan=plan)  # a hit serves the plan it was built with
+        # A hit serves the plan it was built with.
+        parity = replace(parity, plan=plan, refused=refused)
     exported = ExportedModel(
         key=key,
         path=result.entry.path,
@@ -257,6 +261,7 @@ def get_or_export(
         seconds=time.perf_counter() - start,
         parity=parity,
         plan=plan,
+        refused=refused,
     )
     logger.info(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",

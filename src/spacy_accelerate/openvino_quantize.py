@@ -7,11 +7,14 @@ calibration documents: the token cosine of the hidden states to PyTorch's
 (:meth:`~spacy_accelerate.config.OptimizeConfig.gate`) and the agreement of
 the pipeline's own tags and entities with PyTorch's (the ``judge``).
 
-Plans are tried from the fastest, and the first that passes is served:
+Plans are tried in this order, and the first that passes is served:
 
-1. static int8, every MatMul (the all-int8 model);
+1. static int8, every MatMul (the all-int8 model), the fastest;
 2. dynamic int8 (:class:`DynamicInt8`): int8 weights, activations quantized
-   per token at run time, the rest in fp32; more accurate, a little slower;
+   per token at run time, the rest in fp32; more accurate, at 80% of static
+   int8's speed. A float-layer plan with one to three layers in bf16 can be
+   faster, but where static int8 fails, those tend to fail too (trf-base
+   needed eight of twelve), while dynamic int8 is one model to judge;
 3. float layers: the transformer layers whose static quantization adds the
    most error go back to float, most harmful first. The most float layers the
    ladder allows is tried first (all layers but one where they run in bf16,
@@ -55,6 +58,8 @@ from .errors import AccuracyError, AgreementError, ConversionError
 from .gate import Gate
 from .openvino_float_layers import with_float_layers
 from .openvino_runtime import (
+    DYNAMIC_INT8_GROUP_SIZE,
+    DYNAMIC_INT8_HINT,
     DYNAMIC_QUANTIZATION_RT_INFO,
     FLOAT_LAYERS_RT_INFO,
     IR_FILE,
@@ -140,24 +145,26 @@ def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterato
 
 @dataclass(frozen=True)
 class DynamicInt8:
-    """A quantization plan: every MatMul's weights in int8 (NNCF's weight compression,
-    asymmetric, per output channel) and its activations quantized by OpenVINO at run
-    time, each token's in groups of ``group_size`` channels; the rest in fp32.
+    """A quantization plan: the weights of every MatMul and embedding table in int8
+    (NNCF's weight compression, asymmetric, per output channel) and the MatMuls'
+    activations quantized by OpenVINO at run time, each token's in groups of
+    ``group_size`` channels; the rest in fp32.
 
-    Why it comes right after static int8: scales made for each token are more
-    accurate than NNCF's static ones, and it runs at 80% of their speed. trf-base
-    encoder on real spans, as fast as fp32 (``benchmarks/openvino_dynamic_int8.py``,
+    Why it comes right after static int8: scales made for each token follow the
+    activations more closely than NNCF's static ones, and it runs at 80% of their
+    speed. trf-base encoder on real spans, speeds relative to fp32
+    (``benchmarks/openvino_dynamic_int8.py``,
     ``benchmarks/results/openvino_dynamic_int8-trf-base.json``): static int8 3.27x,
     dynamic int8 2.62x (2.09x with OpenVINO's default groups of 32, 2.75x with one
-    group per 768 channels), bf16 1.85x. On trf-base's calibration documents it
-    changed 20 tags of 4,913 where static int8 changed 38 and bf16 alone 19, so the
-    default gate (at most 24) passed with it; groups of 768 changed 26 (symmetric
-    weights, groups of 128: 28). The float part stays fp32: in bf16 it was no
-    faster (0.66 s vs 0.66 s per 16 x 128 batch).
+    group per 768 channels), bf16 1.85x; smallest token cosine to fp32 0.99687
+    static, 0.99989 dynamic. On trf-base's calibration documents static int8 was
+    refused and dynamic int8 passed the default gate (``plans_refused`` in
+    ``benchmarks/results/epyc-2cpu-2026-11-30-openvino-int8.json``). The float part stays fp32:
+    with the bf16 hint it was no faster (0.66 s per 16 x 128 batch either way).
     """
 
-    group_size: int = 128
-    hint: str = "f32"
+    group_size: int = DYNAMIC_INT8_GROUP_SIZE
+    hint: str = DYNAMIC_INT8_HINT
 
     @property
     def label(self) -> str:
@@ -165,6 +172,30 @@ class DynamicInt8:
 
 
 Plan = FloatLayers | DynamicInt8
+
+
+def dynamic_group_size(model: Any) -> int:
+    """The largest group, up to :data:`.openvino_runtime.DYNAMIC_INT8_GROUP_SIZE` and
+    halving, no wider than the narrowest input of a MatMul with a weight in ``model``.
+
+    Why: OpenVINO quantizes at run time only the MatMuls whose input is at least one
+    group wide; the others keep float activations with int8 weights alone, more
+    slowly than the plan's label says. The two-layer test sample (inputs 48 and 100
+    wide) gave the same outputs with groups of 128 as with none, and other ones
+    with 16, 32 or 64."""
+    narrowest = DYNAMIC_INT8_GROUP_SIZE
+    for op in model.get_ops():
+        weight = op.input_value(1).get_node() if op.get_type_name() == "MatMul" else None
+        if weight is None or weight.get_type_name() != "Constant":
+            continue
+        shape = op.input(0).get_partial_shape()
+        width = shape[shape.rank.get_length() - 1]
+        if width.is_static:
+            narrowest = min(narrowest, width.get_length())
+    size = DYNAMIC_INT8_GROUP_SIZE
+    while size > max(1, narrowest):
+        size //= 2
+    return size
 
 
 class Verdict(Protocol):
@@ -288,10 +319,11 @@ def quantize_within_gate(
             refused.append(f"{plan.label}: {problem}")
         return _Candidate(plan, path, session, report, problem is None)
 
-    static = attempt(FloatLayers())
-    chosen = static if static.passed else attempt(DynamicInt8())
+    chosen = attempt(FloatLayers())
+    harm = layer_harm(chosen.report, detected.spec)  # how static int8 hurts each layer
     if not chosen.passed:
-        harm = layer_harm(static.report, detected.spec)
+        chosen = attempt(DynamicInt8(dynamic_group_size(float_model)))
+    if not chosen.passed:
         in_bf16 = precision_hint(Precision.INT8) == "bf16"
         found = search_ladder(list(plan_ladder(harm, float_in_bf16=in_bf16)), attempt)
         if in_bf16 and (found is None or not found.passed):
@@ -317,10 +349,12 @@ def quantize_within_gate(
         chosen.plan.label,
         chosen.report.worst_mean_cosine,
     )
-    return chosen.session, replace(chosen.report, gate=gate, plan=chosen.plan.label)
+    report = replace(chosen.report, gate=gate, plan=chosen.plan.label, refused=tuple(refused))
+    return chosen.session, report
 
 
 def _file_stem(plan: Plan) -> str:
+    """A candidate's file name: every plan judged in one build has its own."""
     if isinstance(plan, DynamicInt8):
         return f"dynamic-{plan.group_size}"
     return f"{len(plan.layers)}-{plan.hint}" if plan.layers else "int8"

@@ -47,8 +47,17 @@ IR_WEIGHTS = "model.bin"
 PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: "bf16"}
 
 
-#: The kinds of int8 plan accuracy control tries, in its order (part of the cache key).
-INT8_PLAN_KINDS = ("static int8", "dynamic int8", "float layers")
+#: Dynamic int8's settings (:class:`.openvino_quantize.DynamicInt8`): the group size of
+#: its activations' run-time quantization and the hint of its float part.
+DYNAMIC_INT8_GROUP_SIZE = 128
+DYNAMIC_INT8_HINT = "f32"
+
+
+def int8_plan_kinds() -> list[str]:
+    """The kinds of int8 plan accuracy control tries, in its order, with dynamic int8's
+    settings (part of the cache key: an entry chosen among other plans is not reused)."""
+    dynamic = f"dynamic int8, groups of {DYNAMIC_INT8_GROUP_SIZE}, {DYNAMIC_INT8_HINT}"
+    return ["static int8", dynamic, "float layers"]
 
 
 def import_openvino() -> ModuleType:
@@ -140,7 +149,7 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
     key = {**versions, "cpu": sorted(cpu_capabilities())}
     if precision is Precision.INT8:
         key["int8_float_layers"] = precision_hint(precision)
-        key["int8_plans"] = list(INT8_PLAN_KINDS)
+        key["int8_plans"] = int8_plan_kinds()
     return key
 
 

@@ -38,6 +38,9 @@ class ParityReport:
     #: For int8: the quantization plan that passed (ONNX Runtime: a
     #: :class:`~.quantize.KeepFloat` value; OpenVINO: a ``FloatLayers`` label).
     plan: str | None = None
+    #: For int8: the other plans tried and why each was refused, so a slower plan
+    #: served is never unexplained.
+    refused: tuple[str, ...] = ()
     #: Per output: the mean cosine over the pieces spaCy reads (see :func:`read_pieces`),
     #: and how many such pieces there were.
     mean_cosine: tuple[float, ...] = ()
@@ -73,6 +76,7 @@ class ParityReport:
             },
             "batch_shape": list(self.batch_shape),
             "plan": self.plan,
+            "refused": list(self.refused),
         }
 
     def per_output(self) -> str:
