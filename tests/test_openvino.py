@@ -302,6 +302,10 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
     assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 32)"
     assert len(judged) == 2 and judged[1] == "f32, groups of 32"
+    # Why the faster plan was not served is on record, in the manifest too.
+    assert proxy.exported.refused == ("all layers int8: refused by the test",)
+    entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
+    assert entry.manifest["built"]["refused"] == ["all layers int8: refused by the test"]
     assert _plan_settings(proxy.session.compiled) == "f32, groups of 32"
     # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
     # is quantized in the IR: OpenVINO quantizes them at run time.
@@ -333,6 +337,7 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
+    assert warm.exported.refused == proxy.exported.refused == warm.exported.parity.refused
     assert _plan_settings(warm.session.compiled) == "f32, groups of 32"
 
 
