@@ -89,7 +89,7 @@ def precision_hint(precision: Precision) -> str:
     float that was 1.6x as fast as f32 (0.70 s vs 1.15 s per 16 x 128 batch), with
     the same mean token cosine to PyTorch (0.99994), while the all-int8 model's
     speed did not change. This is where accuracy control starts; a plan's IR
-    records the hint it was judged with (:func:`served_hint`), and this one is part
+    records the hint it was judged with (:func:`compile_settings`), and this one is part
     of the cache key (:func:`openvino_key`)."""
     if precision is Precision.INT8:
         return "bf16" if "BF16" in cpu_capabilities() else "f32"
@@ -105,21 +105,16 @@ FLOAT_LAYERS_RT_INFO = ["spacy_accelerate", "float_layers_precision"]
 DYNAMIC_QUANTIZATION_RT_INFO = ["spacy_accelerate", "dynamic_quantization_group_size"]
 
 
-def served_hint(model: Any, precision: Precision) -> str:
-    """The hint ``model`` (an IR read by OpenVINO) is compiled with: the one its int8
-    plan was judged with, where recorded, :func:`precision_hint` otherwise. Kept in
-    the IR, so a warm start compiles the model exactly as it was judged."""
-    if precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO):
-        return str(model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str))
-    return precision_hint(precision)
-
-
 def compile_settings(model: Any, precision: Precision) -> dict[str, Any]:
-    """The plugin settings that make ``model`` compute as it was judged: its hint and,
-    for a dynamic int8 plan, the group size of its activations' run-time quantization
-    (OpenVINO's own default, 32, ran at 0.8x the speed on trf-base, see
-    :class:`.openvino_quantize.DynamicInt8`)."""
-    settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": served_hint(model, precision)}
+    """The plugin settings that make ``model`` (an IR read by OpenVINO) compute as it
+    was judged, read from what its int8 plan recorded: the hint (:func:`precision_hint`
+    where nothing is recorded) and, for a dynamic int8 plan, the group size of its
+    activations' run-time quantization (OpenVINO's own default, 32, ran at 0.8x the
+    speed on trf-base, see :class:`.openvino_quantize.DynamicInt8`). Kept in the IR,
+    so a warm start compiles the model exactly as it was judged."""
+    recorded = precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO)
+    hint = model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str) if recorded else None
+    settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint or precision_hint(precision)}
     if precision is Precision.INT8 and model.has_rt_info(DYNAMIC_QUANTIZATION_RT_INFO):
         group = model.get_rt_info(DYNAMIC_QUANTIZATION_RT_INFO).astype(int)
         settings["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = group
