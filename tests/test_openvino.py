@@ -196,10 +196,10 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
         r"all layers int8|dynamic int8 \(.+\)|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan
     )
     # What is not int8 runs in the hint the plan was judged with: bf16 where the CPU has it,
-    # except around dynamic int8.
+    # unless the plan says fp32 (accuracy control's fallback).
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT")
-    in_bf16 = "BF16" in openvino_runtime.cpu_capabilities() and "dynamic" not in parity.plan
-    assert hint.to_string() == ("bf16" if in_bf16 else "f32")
+    first = openvino_runtime.precision_hint(Precision.INT8)
+    assert hint.to_string() == ("f32" if parity.plan.endswith("fp32)") else first)
     assert len(entry.manifest["key_inputs"]["export"]["calibration_sha256"]) == 64
     assert set(entry.manifest["files"]) == {IR_FILE, IR_WEIGHTS, "parity.json", "spot_check.npz"}
     actual = run(nlp, texts, batch_size=8)
@@ -263,7 +263,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     def bf16_fails(report, gate, session, judge):  # as if bf16's own error failed the gate
         hint = session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         hints.append(hint)
-        if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
+        if len(hints) <= 3 or hint == "bf16":  # static, both dynamic, then every bf16 plan
             return f"refused by the test ({hint})"
         return real_verdict(report, gate, session, judge)
 
@@ -271,8 +271,8 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    # Two layers: static int8, dynamic int8, the one bf16 plan, then the one fp32 plan.
-    assert hints == ["bf16", "f32", "bf16", "f32"]
+    # Two layers: static int8, dynamic int8 (bf16, fp32), the one bf16 plan, the one fp32 plan.
+    assert hints == ["bf16", "bf16", "f32", "bf16", "f32"]
     assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
     assert proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
     # The IR carries the precision it was judged in: a warm start compiles it the same way.
@@ -284,9 +284,16 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     assert warm.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
 
 
+@pytest.mark.parametrize("bf16_fails", [False, True], ids=["as-hinted", "bf16-fails"])
 def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
-    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    bf16_fails: bool,
 ):
+    first = openvino_runtime.precision_hint(Precision.INT8)
+    if bf16_fails and first != "bf16":
+        pytest.skip("this CPU has no bf16: dynamic int8's float part is fp32 from the start")
     real_verdict = openvino_quantize._verdict
     judged: list[str] = []
 
@@ -294,19 +301,29 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
         judged.append(_plan_settings(session.compiled))
         if len(judged) == 1:
             return "refused by the test"
+        if bf16_fails and judged[-1].startswith("bf16"):  # as if bf16's error failed the gate
+            return "refused in bf16 by the test"
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    assert proxy.exported.plan == "dynamic int8 (activations per token, groups of 32)"
-    assert len(judged) == 2 and judged[1] == "f32, groups of 32"
-    # Why the faster plan was not served is on record, in the manifest too.
-    assert proxy.exported.refused == ("all layers int8: refused by the test",)
+    hint = "f32" if bf16_fails else first
+    precision = "fp32" if hint == "f32" else "bf16"
+    label = f"dynamic int8 (activations per token, groups of 32; the rest {precision})"
+    assert proxy.exported.plan == label
+    # Static int8 first, then dynamic int8 with the rest in bf16 (where the CPU has it) and,
+    # only where that is refused, in fp32.
+    assert judged[1:] == [f"{first}, groups of 32"] + (["f32, groups of 32"] if bf16_fails else [])
+    # Why the faster plans were not served is on record, in the manifest too.
+    refused = ["all layers int8: refused by the test"]
+    if bf16_fails:
+        refused.append(label.replace("fp32)", "bf16)") + ": refused in bf16 by the test")
+    assert proxy.exported.refused == tuple(refused)
     entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
-    assert entry.manifest["built"]["refused"] == ["all layers int8: refused by the test"]
-    assert _plan_settings(proxy.session.compiled) == "f32, groups of 32"
+    assert entry.manifest["built"]["refused"] == refused
+    assert _plan_settings(proxy.session.compiled) == f"{hint}, groups of 32"
     # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
     # is quantized in the IR: OpenVINO quantizes them at run time.
     import openvino as ov
@@ -325,7 +342,7 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     ids = np.arange(5, 37, dtype=np.int64).reshape(2, 16)
     batch = EncoderInputs.from_ids(ids, proxy.spec.padding_idx).feeds(proxy.session.input_names)
     weight_only = ov.Core().compile_model(
-        served, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+        served, "CPU", {"INFERENCE_PRECISION_HINT": hint, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
     )
     last = proxy.spec.hidden_state_names[-1]
     plain = weight_only.create_infer_request().infer(batch)[weight_only.output(last)]
@@ -338,7 +355,7 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
     assert warm.exported.refused == proxy.exported.refused == warm.exported.parity.refused
-    assert _plan_settings(warm.session.compiled) == "f32, groups of 32"
+    assert _plan_settings(warm.session.compiled) == f"{hint}, groups of 32"
 
 
 @pytest.mark.parametrize(

@@ -47,17 +47,27 @@ IR_WEIGHTS = "model.bin"
 PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: "bf16"}
 
 
-#: Dynamic int8's settings (:class:`.openvino_quantize.DynamicInt8`): the group size of
-#: its activations' run-time quantization and the hint of its float part.
+#: The group size of dynamic int8's run-time quantization of the activations
+#: (:class:`.openvino_quantize.DynamicInt8`).
 DYNAMIC_INT8_GROUP_SIZE = 128
-DYNAMIC_INT8_HINT = "f32"
+
+
+def dynamic_int8_hints() -> tuple[str, ...]:
+    """The hints dynamic int8's float part is tried in, in order: :func:`precision_hint`'s
+    (bf16 where the CPU has it, 6% faster on trf-base), then ``f32`` (bf16's own error
+    can be what fails the gate)."""
+    first = precision_hint(Precision.INT8)
+    return (first,) if first == "f32" else (first, "f32")
 
 
 def int8_plan_kinds() -> list[str]:
     """The kinds of int8 plan accuracy control tries, in its order, with dynamic int8's
     settings (part of the cache key: an entry chosen among other plans is not reused)."""
-    dynamic = f"dynamic int8, groups of {DYNAMIC_INT8_GROUP_SIZE}, {DYNAMIC_INT8_HINT}"
-    return ["static int8", dynamic, "float layers"]
+    dynamic = [
+        f"dynamic int8, groups of {DYNAMIC_INT8_GROUP_SIZE}, {hint}"
+        for hint in dynamic_int8_hints()
+    ]
+    return ["static int8", *dynamic, "float layers"]
 
 
 def import_openvino() -> ModuleType:
@@ -97,7 +107,7 @@ def precision_hint(precision: Precision) -> str:
 
 
 #: Where the IR of an int8 plan records the hint its float part was judged in:
-#: :func:`precision_hint`'s, or ``f32`` (accuracy control's fallback, dynamic int8).
+#: :func:`precision_hint`'s, or ``f32`` (accuracy control's fallback).
 FLOAT_LAYERS_RT_INFO = ["spacy_accelerate", "float_layers_precision"]
 
 #: Where the IR of a dynamic int8 plan records the group size its activations are
