@@ -11,9 +11,9 @@ it; and NNCF's int8 weight compression with OpenVINO's run-time quantization
 of the activations in groups of 32 (OpenVINO's default), 128 (what the
 dynamic plans serve), 256 and 768 channels, the rest of the model in fp32,
 and in groups of 128, 256 and 768 with the rest in bf16 (the hint accuracy
-control tries first where the CPU has bf16). The report gives real pieces per second, the
-ratio to fp32, and the mean and smallest token cosine of the last hidden
-state to fp32's over the real pieces. This is the measurement behind
+control tries first where the CPU has bf16). The report gives real pieces
+per second, the ratio to fp32, and the mean and smallest token cosine of the
+last hidden state to fp32's over the real pieces. This is the measurement behind
 :class:`spacy_accelerate.openvino_quantize.DynamicInt8`.
 """
 
