@@ -144,6 +144,23 @@ def test_int8_float_layers_run_in_bf16_only_where_the_cpu_has_it(
     assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "f32"
 
 
+@pytest.mark.parametrize(
+    ("capabilities", "hints"),
+    [({"FP32", "BF16", "INT8"}, ("bf16", "f32")), ({"FP32", "INT8"}, ("f32",))],
+)
+def test_dynamic_int8_tries_bf16_first_only_where_the_cpu_has_it(
+    monkeypatch: pytest.MonkeyPatch, capabilities: set[str], hints: tuple[str, ...]
+):
+    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset(capabilities))
+    assert openvino_runtime.dynamic_int8_hints() == hints
+    group = openvino_runtime.DYNAMIC_INT8_GROUP_SIZE
+    # The key names each dynamic plan tried, in order: where bf16 comes first, an entry
+    # chosen by the fp32-only search is not reused.
+    plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
+    dynamic = [f"dynamic int8, groups of {group}, {hint}" for hint in hints]
+    assert plans == ["static int8", *dynamic, "float layers"]
+
+
 def test_openvino_missing_names_the_extra(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -169,8 +186,10 @@ def test_int8_that_changes_the_pipelines_annotations_is_refused(
         spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.999)
     message = str(caught.value)
     # Every kind of plan was tried: static int8, dynamic int8, then the worse of the two
-    # layers in float (where the CPU has bf16, in bf16 first and then in fp32).
-    assert "all layers int8" in message and "dynamic int8" in message
+    # layers in float (where the CPU has bf16, both in bf16 first and then in fp32).
+    assert "all layers int8" in message
+    for hint in openvino_runtime.dynamic_int8_hints():  # bf16 (where the CPU has it), fp32
+        assert openvino_quantize.DynamicInt8(32, hint).label in message
     assert re.search(r"layers [12] float \(fp32\)", message)
     assert "min_agreement" in message  # says what to change
     assert not spacy_accelerate.is_optimized(nlp)
@@ -319,7 +338,8 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     # Why the faster plans were not served is on record, in the manifest too.
     refused = ["all layers int8: refused by the test"]
     if bf16_fails:
-        refused.append(label.replace("fp32)", "bf16)") + ": refused in bf16 by the test")
+        in_bf16 = openvino_quantize.DynamicInt8(32, "bf16").label
+        refused.append(f"{in_bf16}: refused in bf16 by the test")
     assert proxy.exported.refused == tuple(refused)
     entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["refused"] == refused

@@ -15,7 +15,8 @@ Plans are tried in this order, and the first that passes is served:
    that fails) the same in fp32; more accurate, at 80-85% of static int8's
    speed. A float-layer plan with one to three layers in bf16 can be faster,
    but where static int8 fails, those tend to fail too (trf-base needed eight
-   of twelve), while dynamic int8 is one model to judge (two with bf16);
+   of twelve), while dynamic int8 is one model to judge (two where the bf16
+   one is refused);
 3. float layers: the transformer layers whose static quantization adds the
    most error go back to float, most harmful first. The most float layers the
    ladder allows is tried first (all layers but one where they run in bf16,
@@ -34,8 +35,8 @@ int8, and how, is never hidden. (NNCF's own accuracy-aware search reverts one
 quantizer at a time with a full evaluation after each; on MiniLM it took
 minutes and did not converge in our trials, while this quantizes once and
 judges at most eight models for 12 layers: static, dynamic in bf16 and in
-fp32, then at most five plans of the bf16 ladder; four more when it falls back
-to fp32.)
+fp32, then at most five plans of the bf16 ladder, or its last plan and at
+most four of the fp32 ladder.)
 
 What each plan was judged with (the float part's precision, dynamic int8's
 group size) is recorded in its IR (:func:`.openvino_runtime.compile_settings`),
@@ -123,8 +124,7 @@ class FloatLayers:
     def label(self) -> str:
         if not self.layers:
             return "all layers int8"
-        precision = "bf16" if self.hint == "bf16" else "fp32"
-        return "layers " + ", ".join(map(str, self.layers)) + f" float ({precision})"
+        return "layers " + ", ".join(map(str, self.layers)) + f" float ({_named(self.hint)})"
 
 
 def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterator[FloatLayers]:
@@ -155,7 +155,7 @@ class DynamicInt8:
     ``hint``.
 
     Why it comes right after static int8: scales made for each token follow the
-    activations more closely than NNCF's static ones, at 85% of their speed.
+    activations more closely than NNCF's static ones, at 79-84% of their speed.
     trf-base encoder on real spans, speeds relative to fp32
     (``benchmarks/openvino_dynamic_int8.py``,
     ``benchmarks/results/openvino_dynamic_int8-trf-base.json``): static int8 3.26x;
@@ -163,9 +163,9 @@ class DynamicInt8:
     with OpenVINO's default groups of 32 and fp32); bf16 1.90x. Smallest token
     cosine to fp32: 0.99687 static, 0.99989 dynamic. On trf-base's 4,913
     calibration tags (24 may change under the default gate) static int8 changed
-    38, dynamic int8 23 with bf16 and 20 with fp32. Larger groups were faster (256:
-    2.88x with bf16) but changed 38 tags with bf16 and 24 with fp32, 768 changed
-    30 with fp32: 128 keeps a margin.
+    38-39, dynamic int8 23 with bf16 and 20 with fp32 (development runs). Larger
+    groups were faster (256: 2.88x with bf16) but changed 38 tags with bf16 and
+    24 with fp32, 768 changed 30 with fp32: 128 keeps a margin.
     """
 
     group_size: int = DYNAMIC_INT8_GROUP_SIZE
@@ -173,11 +173,15 @@ class DynamicInt8:
 
     @property
     def label(self) -> str:
-        precision = "bf16" if self.hint == "bf16" else "fp32"
         return (
             f"dynamic int8 (activations per token, groups of {self.group_size}; "
-            f"the rest {precision})"
+            f"the rest {_named(self.hint)})"
         )
+
+
+def _named(hint: str) -> str:
+    """How a plan's label names the OpenVINO hint its float part runs in."""
+    return "bf16" if hint == "bf16" else "fp32"
 
 
 Plan = FloatLayers | DynamicInt8
@@ -288,6 +292,8 @@ def quantize_within_gate(
 
     @functools.cache
     def compressed_weights() -> Any:
+        """Made once for the dynamic plans (one per hint), and only where static int8
+        failed: NNCF's weight compression takes seconds on trf-base."""
         return nncf.compress_weights(float_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
 
     def with_plan(plan: Plan) -> Any:
@@ -332,11 +338,13 @@ def quantize_within_gate(
 
     chosen = attempt(FloatLayers())
     harm = layer_harm(chosen.report, detected.spec)  # how static int8 hurts each layer
-    group = dynamic_group_size(float_model)
-    for hint in dynamic_int8_hints() if not chosen.passed else ():
-        chosen = attempt(DynamicInt8(group, hint))
-        if chosen.passed:
-            break
+    if not chosen.passed:
+        group = dynamic_group_size(float_model)
+        for hint in dynamic_int8_hints():
+            chosen = attempt(DynamicInt8(group, hint))
+            if chosen.passed:
+                break
+        compressed_weights.cache_clear()  # the float-layer plans do not read it
     if not chosen.passed:
         in_bf16 = precision_hint(Precision.INT8) == "bf16"
         found = search_ladder(list(plan_ladder(harm, float_in_bf16=in_bf16)), attempt)
