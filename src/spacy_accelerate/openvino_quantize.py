@@ -12,7 +12,7 @@ Plans are tried in this order, and the first that passes is served:
 1. static int8, every MatMul (the all-int8 model), the fastest;
 2. dynamic int8 (:class:`DynamicInt8`): int8 weights, activations quantized
    per token at run time, the rest in bf16 where the CPU has it, then (where
-   that fails) the same in fp32; more accurate, at 80-85% of static int8's
+   that fails) the same in fp32; more accurate, at 79-84% of static int8's
    speed. A float-layer plan with one to three layers in bf16 can be faster,
    but where static int8 fails, those tend to fail too (trf-base needed eight
    of twelve), while dynamic int8 is one model to judge (two where the bf16
@@ -27,9 +27,10 @@ Plans are tried in this order, and the first that passes is served:
 
 A refusal costs three models judged (five where the CPU has bf16). Each
 float-layer plan is the all-int8 model with its layers' MatMuls put back in
-float (:mod:`.openvino_float_layers`), not another quantization. A layer's harm is
-read off the all-int8 model's own parity report, for free: how much the mean
-cosine drops from the hidden state before the layer to the one after it. The
+float (:mod:`.openvino_float_layers`), not another quantization. A layer's
+harm is read off the all-int8 model's own parity report, for free: how much
+the mean cosine drops from the hidden state before the layer to the one after
+it. The
 plan is logged and recorded in the manifest, so how much of the model is
 int8, and how, is never hidden. (NNCF's own accuracy-aware search reverts one
 quantizer at a time with a full evaluation after each; on MiniLM it took
