@@ -152,7 +152,7 @@ def test_dynamic_int8_tries_bf16_first_only_where_the_cpu_has_it(
     monkeypatch: pytest.MonkeyPatch, capabilities: set[str], hints: tuple[str, ...]
 ):
     monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset(capabilities))
-    assert openvino_runtime.dynamic_int8_hints() == hints
+    assert openvino_runtime.float_part_hints() == hints
     group = openvino_runtime.DYNAMIC_INT8_GROUP_SIZE
     # The key names each dynamic plan tried, in order: where bf16 comes first, an entry
     # chosen by the fp32-only search is not reused.
@@ -188,7 +188,7 @@ def test_int8_that_changes_the_pipelines_annotations_is_refused(
     # Every kind of plan was tried: static int8, dynamic int8, then the worse of the two
     # layers in float (where the CPU has bf16, both in bf16 first and then in fp32).
     assert "all layers int8" in message
-    for hint in openvino_runtime.dynamic_int8_hints():  # bf16 (where the CPU has it), fp32
+    for hint in openvino_runtime.float_part_hints():  # bf16 (where the CPU has it), fp32
         assert openvino_quantize.DynamicInt8(32, hint).label in message
     assert re.search(r"layers [12] float \(fp32\)", message)
     assert "min_agreement" in message  # says what to change

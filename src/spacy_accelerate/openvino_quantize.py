@@ -58,7 +58,7 @@ import torch
 
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
-from .config import Precision, Provider
+from .config import Provider
 from .errors import AccuracyError, AgreementError, ConversionError
 from .gate import Gate
 from .openvino_float_layers import with_float_layers
@@ -67,9 +67,8 @@ from .openvino_runtime import (
     DYNAMIC_QUANTIZATION_RT_INFO,
     FLOAT_LAYERS_RT_INFO,
     IR_FILE,
-    dynamic_int8_hints,
+    float_part_hints,
     import_openvino,
-    precision_hint,
 )
 from .parity import ParityReport, check_parity, reference_outputs
 from .providers import import_runtime
@@ -339,21 +338,22 @@ def quantize_within_gate(
 
     chosen = attempt(FloatLayers())
     harm = layer_harm(chosen.report, detected.spec)  # how static int8 hurts each layer
+    hints = float_part_hints()  # bf16 (where the CPU has it), then fp32
     if not chosen.passed:
         group = dynamic_group_size(float_model)
-        for hint in dynamic_int8_hints():
+        for hint in hints:
             chosen = attempt(DynamicInt8(group, hint))
             if chosen.passed:
                 break
         compressed_weights.cache_clear()  # the float-layer plans do not read it
     if not chosen.passed:
-        in_bf16 = precision_hint(Precision.INT8) == "bf16"
-        found = search_ladder(list(plan_ladder(harm, float_in_bf16=in_bf16)), attempt)
-        if in_bf16 and (found is None or not found.passed):
-            # bf16's own error may be what fails the gate: the float layers in fp32 then,
-            # at most half of them, as on a CPU without bf16.
-            found = search_ladder(list(plan_ladder(harm, float_in_bf16=False)), attempt)
-        chosen = found or chosen
+        for hint in hints:  # in fp32, at most half of the layers, as on a CPU without bf16
+            chosen = (
+                search_ladder(list(plan_ladder(harm, float_in_bf16=hint == "bf16")), attempt)
+                or chosen
+            )
+            if chosen.passed:
+                break
     for candidate_file in folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
         if chosen.passed and candidate_file.name.startswith(chosen.path.stem + "."):
             candidate_file.rename(folder / (Path(IR_FILE).stem + candidate_file.suffix))
