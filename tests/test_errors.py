@@ -20,6 +20,7 @@ import spacy_accelerate
 from spacy_accelerate import (
     ConversionError,
     InferenceOnlyError,
+    InvalidInputError,
     InvalidOptionError,
     NoTransformerError,
     ProviderUnavailableError,
@@ -223,3 +224,22 @@ def test_gate_catches_a_graph_that_assumes_trailing_padding(
     with pytest.raises(ConversionError, match="does not match the PyTorch module"):
         spacy_accelerate.optimize(bert, provider="cpu", cache_dir=cache_dir)
     assert not spacy_accelerate.is_optimized(bert)
+
+
+@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+def test_a_span_past_the_models_positions_is_refused_as_pytorch_refuses_it(
+    sample_path: Callable[[str], Path], cache_dir: Path, provider: str
+):
+    # spacy-transformers hands over whatever its tokenizer makes when no max length is
+    # set; OpenVINO's Gather would read past the position table and annotate silently.
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, provider, "fp32", cache_dir=cache_dir, warmup=False)
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    longest = proxy.spec.longest_input
+    with torch.no_grad():
+        proxy.original(torch.full((1, longest), 5))
+        with pytest.raises(IndexError):
+            proxy.original(torch.full((1, longest + 1), 5))
+        assert proxy(torch.full((1, longest), 5)).all_outputs[-1].shape[1] == longest
+        with pytest.raises(InvalidInputError, match=f"{longest + 1} pieces is longer than"):
+            proxy(torch.full((1, longest + 1), 5))

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .architectures.spec import EncoderSpec
-from .errors import InvalidInputError
+from .architectures.spec import EncoderSpec, check_span_length
 from .gpu_options import GpuOptions
 
 #: The largest default batch bucket. Spans arrive in batches of up to the
@@ -72,12 +71,7 @@ class BucketPlan:
 
     def sequence_for(self, length: int) -> int:
         """``length`` rounded up to the multiple, never past what the model accepts."""
-        if length > self.longest:
-            raise InvalidInputError(
-                f"A span of {length} pieces is longer than the {self.longest} positions this "
-                "model has (PyTorch would fail on it too). Lower the transformer's span window "
-                "or the tokenizer's max length in the pipeline's config."
-            )
+        check_span_length(length, self.longest)
         multiple = self.sequence_multiple
         return min(max(1, math.ceil(length / multiple)) * multiple, self.longest)
 

@@ -94,6 +94,7 @@ class AcceleratedModule(torch.nn.Module):
                 )
                 for name in names
             ]
+        self.spec.check_length(ids.shape[1])
         outputs = self.session.run_tensors(feeds, names)
         return [tensor.to(ids.device) for tensor in outputs]
 

@@ -18,10 +18,22 @@ from curated_transformers.models.activations import GeluNew
 from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.bert.layer import BertEncoderLayer
 
-from ..errors import UnsupportedArchitectureError
+from ..errors import InvalidInputError, UnsupportedArchitectureError
 
 #: ONNX name of the pooled output (Hugging Face models with a pooler only).
 POOLER_OUTPUT = "pooler_output"
+
+
+def check_span_length(length: int, longest: int) -> None:
+    """Refuse a row of more pieces than the model has positions. PyTorch fails on it; an
+    exported graph may not (OpenVINO's Gather reads past the position table and returns
+    numbers), and the served model would then annotate it silently."""
+    if length > longest:
+        raise InvalidInputError(
+            f"A span of {length} pieces is longer than the {longest} positions this model has "
+            "(PyTorch would fail on it too). Lower the transformer's span window or the "
+            "tokenizer's max length in the pipeline's config."
+        )
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,10 @@ class EncoderSpec:
         """The most pieces one row may hold: RoBERTa-family models count positions from
         ``padding_idx + 1``, so this bounds every family."""
         return self.max_position_embeddings - self.padding_idx - 1
+
+    def check_length(self, length: int) -> None:
+        """Refuse a row longer than :attr:`longest_input` (see :func:`check_span_length`)."""
+        check_span_length(length, self.longest_input)
 
     @property
     def input_names(self) -> tuple[str, ...]:
