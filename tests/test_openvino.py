@@ -452,3 +452,34 @@ def test_calibration_texts_are_validated():
     with pytest.raises(InvalidOptionError, match="calibration_texts must be"):
         spacy_accelerate.config.build_config("openvino", "int8", calibration_texts="one text")
     assert spacy_accelerate.config.build_config("openvino", "int8").gate().min_mean_cosine == 0.995
+
+
+def test_too_few_calibration_tokens_are_refused_before_any_work(
+    sample_path: Callable[[str], Path], cache_dir: Path
+):
+    # One piece of calibration passed the gate and changed a fifth of real tags.
+    nlp = spacy.load(sample_path("roberta"))
+    for few in (["a"], ["\u200b"], ["A short sentence."] * 20):
+        with pytest.raises(InvalidOptionError, match=r"calibration_texts hold \d+ tokens"):
+            spacy_accelerate.optimize(
+                nlp, "openvino", "int8", calibration_texts=few, cache_dir=cache_dir
+            )
+    assert not spacy_accelerate.is_optimized(nlp)
+    assert not cache_dir.exists() or not any(cache_dir.iterdir())
+
+
+def test_the_gate_judges_disabled_components_too(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The key covers every component's weights, enabled or not: an entry judged with the
+    # tagger disabled must have judged its tags, or it would serve them unjudged later.
+    seen: list[str] = []
+    judged = {"tags": lambda token: seen.append(token.tag_) or token.tag_}
+    monkeypatch.setattr(calibration, "_ANNOTATIONS", judged)
+    nlp = spacy.load(sample_path("roberta"))
+    nlp.disable_pipe("tagger")
+    options = {"cache_dir": cache_dir, "min_agreement": 0.5, "min_cosine": 0.9}
+    spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
+    assert seen and all(seen)  # PyTorch's and int8's tags both, on every token
+    assert nlp.disabled == ["tagger"]
+    assert not any(token.tag_ for token in nlp("The tagger stays disabled."))
