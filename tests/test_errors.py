@@ -47,8 +47,10 @@ def test_errors_share_one_base():
         UnsupportedArchitectureError,
         spacy_accelerate.CacheError,
         spacy_accelerate.AgreementError,
+        spacy_accelerate.PrecisionUnavailableError,
     ):
         assert issubclass(error, SpacyAccelerateError)
+    assert issubclass(spacy_accelerate.PrecisionUnavailableError, ProviderUnavailableError)
     assert issubclass(spacy_accelerate.AgreementError, spacy_accelerate.AccuracyError)
 
 

@@ -15,10 +15,15 @@ from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, 
 import spacy_accelerate
 from spacy_accelerate import calibration, exported, openvino_quantize, openvino_runtime
 from spacy_accelerate.benchmark import agreement
-from spacy_accelerate.config import Precision
+from spacy_accelerate.config import Precision, Provider
 from spacy_accelerate.doc_outputs import token_cosines
 from spacy_accelerate.encoder_inputs import EncoderInputs
-from spacy_accelerate.errors import AccuracyError, InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.errors import (
+    AccuracyError,
+    InvalidOptionError,
+    PrecisionUnavailableError,
+    ProviderUnavailableError,
+)
 from spacy_accelerate.openvino_runtime import IR_FILE, IR_WEIGHTS, OpenVINORunner
 
 TEXTS = 32
@@ -84,9 +89,30 @@ def test_bf16_is_refused_on_a_cpu_without_bf16(
 ):
     monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
     nlp = spacy.load(sample_path("roberta"))
-    with pytest.raises(InvalidOptionError, match="AVX512_BF16 or AMX-BF16"):
+    with pytest.raises(PrecisionUnavailableError, match="AVX512_BF16 or AMX-BF16"):
         spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
     assert not spacy_accelerate.is_optimized(nlp)
+
+
+@pytest.mark.parametrize("provider", ["openvino", "auto"])
+def test_bf16_falls_back_to_fp32_on_a_cpu_without_bf16_when_asked(
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    provider: str,
+):
+    # A pipeline saved with fallback=True must load on a CPU without bf16, not fail there.
+    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, provider, "bf16", cache_dir=cache_dir, fallback=True)
+    session = spacy_accelerate.accelerated_components(nlp)["transformer"].session
+    assert (session.provider.provider, session.config.precision) == (Provider.CPU, Precision.FP32)
+    assert "falling back to provider='cpu', precision='fp32'" in caplog.text
+    nlp.to_disk(tmp_path / "saved")
+    loaded = spacy_accelerate.accelerated_components(spacy.load(tmp_path / "saved"))
+    assert loaded["transformer"].session.provider.provider is Provider.CPU
 
 
 def test_a_warm_start_loads_the_ir_from_the_cache(

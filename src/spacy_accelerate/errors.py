@@ -61,5 +61,11 @@ class EngineBuildError(ProviderUnavailableError):
     TensorRT engine that failed to build, a CUDA graph that could not be captured)."""
 
 
+class PrecisionUnavailableError(ProviderUnavailableError):
+    """A provider is installed but this machine cannot compute in the precision asked for
+    (bf16 on a CPU without bf16 units). A provider error, so that ``fallback=True`` serves
+    the next provider instead of failing where the pipeline is loaded on another CPU."""
+
+
 class InvalidInputError(SpacyAccelerateError, ValueError):
     """The pipeline handed the transformer something the model cannot take."""

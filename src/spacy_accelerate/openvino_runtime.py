@@ -33,7 +33,7 @@ import torch
 
 from .config import OptimizeConfig, Precision, Provider
 from .encoder_inputs import EncoderInputs
-from .errors import InvalidOptionError
+from .errors import PrecisionUnavailableError
 from .length_groups import run_by_length
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider, import_runtime
@@ -83,9 +83,10 @@ def cpu_capabilities() -> frozenset[str]:
 def check_precision(precision: Precision) -> None:
     """bf16 only where the CPU computes in bf16; say which instructions are missing."""
     if precision is Precision.BF16 and "BF16" not in cpu_capabilities():
-        raise InvalidOptionError(
+        raise PrecisionUnavailableError(
             "precision='bf16' needs a CPU with bf16 arithmetic (AVX512_BF16 or AMX-BF16), which "
-            "this CPU does not have. Use precision='fp32' (or 'int8')."
+            "this CPU does not have. Use precision='fp32' (or 'int8'), or pass fallback=True "
+            "to be served fp32 by ONNX Runtime here."
         )
 
 
