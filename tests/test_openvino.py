@@ -141,6 +141,33 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     assert not any((cache_dir / "openvino").glob("*"))
 
 
+def test_a_damaged_compiled_blob_is_compiled_again_not_served(
+    sample_path: Callable[[str], Path],
+    texts: list[str],
+    cache_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+):
+    # OpenVINO imports a blob without checking it: bytes changed in its weights gave a
+    # pipeline that annotated a third of the tokens differently, with verify=False.
+    nlp = spacy.load(sample_path("roberta"))
+    expected = run(nlp, texts, 8)
+    spacy_accelerate.optimize(nlp, "openvino", "fp32", cache_dir=cache_dir)
+    key = spacy_accelerate.accelerated_components(nlp)["transformer"].exported.key
+    (blob,) = (cache_dir / "openvino").rglob("*.blob")
+    assert blob.parent.name == key and (blob.parent / "blobs.json").is_file()
+    data = bytearray(blob.read_bytes())
+    middle = len(data) * 6 // 10
+    data[middle : middle + 4096] = bytes((byte + 77) % 256 for byte in data[middle : middle + 4096])
+    blob.write_bytes(bytes(data))
+    again = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir, verify=False)
+    assert disagreements(expected, run(again, texts, 8), again) == []
+    assert "did not match their record" in caplog.text
+    assert blob.read_bytes() != bytes(data)  # written again by the new compile
+    assert spacy_accelerate.cache.ModelCache(cache_dir).evict(key)
+    assert not blob.parent.exists()  # the entry's blobs go with it
+
+
 def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch):
     key = openvino_runtime.openvino_key(Precision.FP32)
     assert key["openvino"] and key["cpu"] and "FP32" in key["cpu"]

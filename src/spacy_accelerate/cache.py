@@ -70,7 +70,7 @@ _TMP_PREFIX = ".tmp-"
 _LOCK_DIR = ".locks"
 #: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
 ENGINE_DIR = "tensorrt"
-#: OpenVINO's compiled blobs, per CPU model and OpenVINO release.
+#: OpenVINO's compiled blobs, per CPU model and OpenVINO release, then per key.
 COMPILED_DIR = "openvino"
 _HASH_CHUNK = 1024 * 1024
 
@@ -168,7 +168,7 @@ class _CorruptEntry(Exception):
 # --------------------------------------------------------------------------- hashing
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     """Stream the file so multi-GB models are never read into memory at once."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -247,7 +247,7 @@ def _check_hashes(folder: Path, files: Mapping[str, Any]) -> None:
     for name, info in files.items():
         path = folder.joinpath(*PurePosixPath(name).parts)
         try:
-            actual = _sha256_file(path)
+            actual = sha256_file(path)
         except OSError as err:
             raise _CorruptEntry(f"{name} cannot be read ({err})") from None
         if actual != info["sha256"]:
@@ -293,7 +293,7 @@ def _describe_files(folder: Path) -> dict[str, dict[str, Any]]:
             raise CacheError(
                 f"the model builder wrote a file named {MANIFEST_NAME}, which is reserved"
             )
-        files[name] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
+        files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     if not files:
         raise CacheError(f"the model builder wrote no files into {folder}")
     return files
@@ -418,6 +418,7 @@ class ModelCache:
         with self._lock(key):
             self._remove_temp_dirs_of(key)
             self._remove_engines(key)
+            self._remove_compiled(key)
             return self._remove_entry_locked(key)
 
     def clear(self) -> int:
@@ -443,7 +444,7 @@ class ModelCache:
             _remove_path(path)
         self._clear_engines()
         for cpu in sorted((self.root / COMPILED_DIR).glob("*")):
-            _remove_path(cpu)  # blobs are named by OpenVINO's own hashes, not by our keys
+            _remove_path(cpu)  # every key's blobs, and any key's no entry is left for
         return removed
 
     def engine_dir(self, key: str, device: str, settings: str) -> Path:
@@ -456,13 +457,21 @@ class ModelCache:
         """TensorRT's timing cache for ``device``, shared by every model. Made on demand."""
         return self._made(self.root / ENGINE_DIR / device / "timing")
 
-    def compiled_dir(self, cpu: str) -> Path | None:
-        """Where OpenVINO keeps its compiled blobs for ``cpu`` (None when the cache cannot
-        be written: OpenVINO then compiles on every start)."""
+    def compiled_dir(self, key: str, cpu: str) -> Path | None:
+        """Where OpenVINO keeps entry ``key``'s compiled blobs for ``cpu`` (None when the
+        cache cannot be written: OpenVINO then compiles on every start). Per key, so that
+        evicting the entry takes its blobs along, and a blob can be checked as its entry is."""
+        _validate_key(key)
         try:
-            return self._made(self.root / COMPILED_DIR / cpu)
+            return self._made(self.root / COMPILED_DIR / cpu / key)
         except CacheError:
             return None
+
+    def compiled_lock(self, compiled_dir: Path) -> _KeyLock:
+        """The lock held while the blobs in ``compiled_dir`` are checked, written or removed."""
+        cpu, key = compiled_dir.parts[-2:]
+        name = f"{COMPILED_DIR}-{cpu}-{key}.lock"
+        return _KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
 
     def engine_lock(self, engine_dir: Path) -> _KeyLock:
         """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
@@ -501,6 +510,19 @@ class ModelCache:
                 folder.rmdir()
             except OSError:
                 pass  # an engine appeared meanwhile: it stays, with its entry's next build
+
+    def _remove_compiled(self, key: str) -> None:
+        """Remove OpenVINO's blobs of ``key`` for every CPU, each under its lock."""
+        base = self.root / COMPILED_DIR
+        try:
+            cpus = sorted(path for path in base.iterdir() if path.is_dir())
+        except OSError:
+            return
+        for cpu in cpus:
+            folder = cpu / key
+            if folder.is_dir():
+                with self.compiled_lock(folder):
+                    _remove_path(folder)
 
     def _clear_engines(self) -> None:
         """Remove the engines of every key, and the timing caches; nothing else."""

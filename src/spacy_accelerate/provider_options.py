@@ -30,6 +30,8 @@ class SessionLayout:
     #: Where TensorRT keeps this model's engines, and its (per-GPU) timing cache.
     engine_dir: Path | None = None
     timing_dir: Path | None = None
+    #: Where OpenVINO keeps this model's compiled blobs on this CPU.
+    compiled_dir: Path | None = None
 
 
 def _flag(value: bool) -> str:

@@ -8,7 +8,9 @@ settings folder is a hash of precision, workspace, builder level, profile
 shapes and the TensorRT version), never inside an entry (whose files are
 checksummed and immutable), and go when the entry is evicted or the cache
 cleared. Building an engine takes its folder's lock, so two processes
-starting together build it once.
+starting together build it once. OpenVINO's compiled blobs follow the same
+rules under ``<cache_dir>/openvino/<cpu>-<openvino>/<key>/``, and are checked
+against their recorded sha256 before each compile (:mod:`.openvino_blobs`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .buckets import BucketPlan
 from .cache import ModelCache
 from .config import OptimizeConfig, Provider
 from .errors import CacheError
+from .openvino_blobs import checked_blobs
 from .openvino_runtime import OpenVINOSession, cpu_slug
 from .provider_options import SessionLayout, device_slug, engine_settings
 from .providers import ResolvedProvider
@@ -69,12 +72,16 @@ def session_layout(
             # Engines are an optimisation: without a writable cache TensorRT builds anew.
             logger.warning("spacy-accelerate: TensorRT's engines will not be cached: %s", error)
             engine_dir = timing_dir = None
+    compiled_dir = (
+        cache.compiled_dir(key, cpu_slug()) if config.provider is Provider.OPENVINO else None
+    )
     return SessionLayout(
         input_names=spec.input_names,
         padding_idx=spec.padding_idx,
         buckets=buckets,
         engine_dir=engine_dir,
         timing_dir=timing_dir,
+        compiled_dir=compiled_dir,
     )
 
 
@@ -86,10 +93,14 @@ def open_session(
     cache: ModelCache | None,
 ) -> EncoderSession:
     """A session over ``model``; TensorRT's build (or engine load) under the engine lock,
-    OpenVINO's compiled blobs kept under the cache dir (none without a ``cache``)."""
+    OpenVINO's compile under its blob folder's lock, the blobs checked (none are kept
+    without a ``cache``)."""
     if provider.provider is Provider.OPENVINO:
-        blobs = cache.compiled_dir(cpu_slug()) if cache is not None else None
-        return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
+        blobs = layout.compiled_dir
+        if blobs is None or cache is None:
+            return OpenVINOSession(model, provider, config, layout)
+        with cache.compiled_lock(blobs), checked_blobs(blobs):
+            return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
     if layout.engine_dir is None or cache is None:
         return EncoderSession(model, provider, config, layout)
     with cache.engine_lock(layout.engine_dir):
