@@ -65,6 +65,9 @@ class EncoderSpec:
     num_hidden_groups: int = 1
     inner_group_num: int = 1
     has_pooler: bool = False
+    #: Positions before the first piece's: RoBERTa, XLM-R and CamemBERT count from
+    #: ``padding_idx + 1``; BERT, ALBERT, ELECTRA and DistilBERT from 0.
+    position_offset: int = 0
 
     @property
     def head_width(self) -> int:
@@ -72,9 +75,8 @@ class EncoderSpec:
 
     @property
     def longest_input(self) -> int:
-        """The most pieces one row may hold: RoBERTa-family models count positions from
-        ``padding_idx + 1``, so this bounds every family."""
-        return self.max_position_embeddings - self.padding_idx - 1
+        """The most pieces one row may hold: one per position after the offset."""
+        return self.max_position_embeddings - self.position_offset
 
     def check_length(self, length: int) -> None:
         """Refuse a row longer than :attr:`longest_input` (see :func:`check_span_length`)."""

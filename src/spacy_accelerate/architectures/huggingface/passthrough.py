@@ -52,14 +52,16 @@ class HuggingFaceFamily:
     embedding_size: str | None = None
     #: Whether the constructor takes ``add_pooling_layer`` (models that may have a pooler).
     optional_pooler: bool = True
+    #: Whether positions count from ``pad_token_id + 1`` (RoBERTa's scheme) rather than 0.
+    positions_after_padding: bool = False
 
 
 #: Supported Hugging Face classes (dispatch is on the exact class).
 HF_FAMILIES: dict[type[PreTrainedModel], HuggingFaceFamily] = {
     BertModel: HuggingFaceFamily("bert"),
-    RobertaModel: HuggingFaceFamily("roberta"),
-    XLMRobertaModel: HuggingFaceFamily("xlm-roberta"),
-    CamembertModel: HuggingFaceFamily("camembert"),
+    RobertaModel: HuggingFaceFamily("roberta", positions_after_padding=True),
+    XLMRobertaModel: HuggingFaceFamily("xlm-roberta", positions_after_padding=True),
+    CamembertModel: HuggingFaceFamily("camembert", positions_after_padding=True),
     ElectraModel: HuggingFaceFamily(
         "electra", embedding_size="embedding_size", optional_pooler=False
     ),
@@ -116,6 +118,7 @@ class HuggingFaceArchitecture(Architecture):
             family.type_vocab_size,
             family.embedding_size,
         )
+        padding_idx = int(config.pad_token_id if config.pad_token_id is not None else 0)
         return EncoderSpec(
             family=family.family,
             vocab_size=int(config.vocab_size),
@@ -127,12 +130,13 @@ class HuggingFaceArchitecture(Architecture):
             layer_norm_eps=float(getattr(config, eps_name) if eps_name else _DISTILBERT_EPS),
             max_position_embeddings=int(config.max_position_embeddings),
             type_vocab_size=int(getattr(config, types_name)) if types_name else 0,
-            padding_idx=int(config.pad_token_id if config.pad_token_id is not None else 0),
+            padding_idx=padding_idx,
             model_max_length=int(config.max_position_embeddings),
             embedding_width=int(getattr(config, emb_name)) if emb_name else hidden,
             num_hidden_groups=int(getattr(config, "num_hidden_groups", 1)),
             inner_group_num=int(getattr(config, "inner_group_num", 1)),
             has_pooler=_has_pooler(encoder, family),
+            position_offset=padding_idx + 1 if family.positions_after_padding else 0,
         )
 
     @classmethod

@@ -7,6 +7,8 @@ as curated-transformers does, so only the embeddings' place differs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.roberta.encoder import RobertaEncoder
@@ -35,4 +37,4 @@ class RobertaArchitecture(BertArchitecture):
                 f"The RoBERTa encoder pads with {encoder.padding_idx} but counts positions from "
                 f"{encoder.embeddings.padding_idx}; Hugging Face RoBERTa cannot represent that."
             )
-        return super().read_spec(encoder)
+        return replace(super().read_spec(encoder), position_offset=encoder.padding_idx + 1)
