@@ -168,6 +168,30 @@ def test_a_damaged_compiled_blob_is_compiled_again_not_served(
     assert not blob.parent.exists()  # the entry's blobs go with it
 
 
+def test_blobs_that_cannot_be_checked_are_not_read(
+    sample_path: Callable[[str], Path],
+    texts: list[str],
+    cache_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # A read-only cache serves its entries without a lock, but a blob is only read after
+    # it was checked under its folder's lock: without the lock, OpenVINO compiles.
+    nlp = spacy.load(sample_path("roberta"))
+    expected = run(nlp, texts, 8)
+    spacy_accelerate.optimize(nlp, "openvino", "fp32", cache_dir=cache_dir)
+
+    def unwritable(self: Any, folder: Path) -> Any:
+        raise spacy_accelerate.CacheError(f"the cache folder {self.root} is read-only")
+
+    monkeypatch.setattr(spacy_accelerate.cache.ModelCache, "compiled_lock", unwritable)
+    again = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)
+    assert spacy_accelerate.accelerated_components(again)["transformer"].exported.cache_hit
+    assert "compiled blobs are not used: the cache folder" in caplog.text
+    assert disagreements(expected, run(again, texts, 8), again) == []
+
+
 def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch):
     key = openvino_runtime.openvino_key(Precision.FP32)
     assert key["openvino"] and key["cpu"] and "FP32" in key["cpu"]

@@ -444,7 +444,7 @@ class ModelCache:
             _remove_path(path)
         self._clear_engines()
         for cpu in sorted((self.root / COMPILED_DIR).glob("*")):
-            _remove_path(cpu)  # every key's blobs, and any key's no entry is left for
+            _remove_path(cpu)  # every key's blobs, keys without an entry included
         return removed
 
     def engine_dir(self, key: str, device: str, settings: str) -> Path:

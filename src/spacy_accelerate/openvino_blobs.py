@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .cache import sha256_file
+from .errors import CacheError
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -33,10 +34,22 @@ Record = dict[str, dict[str, object]]
 @contextmanager
 def checked_blobs(folder: Path) -> Iterator[None]:
     """Around OpenVINO's compile with ``CACHE_DIR=folder``: unverified blobs removed
-    before, every blob recorded after (not when the compile fails)."""
-    verified = _drop_unverified(folder)
+    before, every blob recorded after (not when the compile fails). :class:`.CacheError`
+    when the blobs cannot be checked, so that none is read unchecked."""
+    try:
+        verified = _drop_unverified(folder)
+    except OSError as error:
+        raise CacheError(f"cannot check the compiled blobs in {folder} ({error})") from error
     yield
-    _record(folder, verified)
+    try:
+        _record(folder, verified)
+    except OSError as error:
+        logger.warning(
+            "spacy-accelerate: could not record OpenVINO's compiled blobs in %s (%s); a blob "
+            "not recorded is compiled again next time.",
+            folder,
+            error,
+        )
 
 
 def _recorded(folder: Path) -> Record:
@@ -48,8 +61,11 @@ def _recorded(folder: Path) -> Record:
 
 
 def _blobs(folder: Path) -> list[Path]:
+    """The files OpenVINO wrote: all but the record and its temporary copies."""
     return sorted(
-        path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
+        path
+        for path in folder.iterdir()
+        if path.is_file() and path.name != SUMS_FILE and not path.name.startswith(".")
     )
 
 
@@ -60,8 +76,6 @@ def _drop_unverified(folder: Path) -> dict[str, tuple[os.stat_result, dict[str, 
     verified = {}
     removed = []
     for path in _blobs(folder):
-        if path.name == SUMS_FILE:
-            continue
         info, status = recorded.get(path.name), path.stat()
         if (
             isinstance(info, dict)
@@ -87,15 +101,10 @@ def _record(folder: Path, verified: dict[str, tuple[os.stat_result, dict[str, ob
     into place; a blob verified before the compile and untouched since is not read again."""
     current: Record = {}
     for path in _blobs(folder):
-        if path.name == SUMS_FILE:
-            continue
         status = path.stat()
         before = verified.get(path.name)
-        same = before is not None and (before[0].st_size, before[0].st_mtime_ns) == (
-            status.st_size,
-            status.st_mtime_ns,
-        )
-        if same and before is not None:
+        untouched = (status.st_size, status.st_mtime_ns)
+        if before is not None and (before[0].st_size, before[0].st_mtime_ns) == untouched:
             current[path.name] = before[1]
         else:
             current[path.name] = {"size": status.st_size, "sha256": sha256_file(path)}

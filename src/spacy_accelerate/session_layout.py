@@ -97,10 +97,17 @@ def open_session(
     without a ``cache``)."""
     if provider.provider is Provider.OPENVINO:
         blobs = layout.compiled_dir
-        if blobs is None or cache is None:
-            return OpenVINOSession(model, provider, config, layout)
-        with cache.compiled_lock(blobs), checked_blobs(blobs):
-            return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
+        if blobs is not None and cache is not None:
+            try:
+                with cache.compiled_lock(blobs), checked_blobs(blobs):
+                    return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
+            except CacheError as error:
+                # A read-only cache serves its entries without locks; its blobs cannot be
+                # checked under one, so they are not read: OpenVINO compiles instead.
+                logger.warning(
+                    "spacy-accelerate: OpenVINO's compiled blobs are not used: %s", error
+                )
+        return OpenVINOSession(model, provider, config, layout)
     if layout.engine_dir is None or cache is None:
         return EncoderSession(model, provider, config, layout)
     with cache.engine_lock(layout.engine_dir):
