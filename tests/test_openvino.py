@@ -13,7 +13,13 @@ import spacy
 from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, same_result
 
 import spacy_accelerate
-from spacy_accelerate import calibration, exported, openvino_quantize, openvino_runtime
+from spacy_accelerate import (
+    calibration,
+    exported,
+    openvino_quantize,
+    openvino_runtime,
+    session_layout,
+)
 from spacy_accelerate.benchmark import agreement
 from spacy_accelerate.config import Precision, Provider
 from spacy_accelerate.doc_outputs import token_cosines
@@ -124,6 +130,7 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     assert not first.cache_hit
     blobs = sorted((cache_dir / "openvino").rglob("*"))
     assert any(path.suffix == ".blob" for path in blobs)  # OpenVINO's compiled model
+    written = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in blobs}
 
     def no_export(*args, **kwargs):
         raise AssertionError("a warm start must not export")
@@ -136,6 +143,8 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     # Blobs are keyed by the model's content, not its path: the one compiled while the
     # entry was built (in a temporary folder) served the warm start, and no other was made.
     assert sorted((cache_dir / "openvino").rglob("*")) == blobs
+    blob_files = [path for path in blobs if path.suffix == ".blob"]
+    assert all(written[p] == (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob_files)
     assert disagreements(run(nlp, texts, 8), run(again, texts, 8), again) == []
     assert spacy_accelerate.clear_cache(cache_dir) >= 1
     assert not any((cache_dir / "openvino").glob("*"))
@@ -184,11 +193,20 @@ def test_blobs_that_cannot_be_checked_are_not_read(
     def unwritable(self: Any, folder: Path) -> Any:
         raise spacy_accelerate.CacheError(f"the cache folder {self.root} is read-only")
 
+    compiled_with: list[Path | None] = []
+    real_session = session_layout.OpenVINOSession
+
+    def session(*args: Any, cache_dir: Path | None = None) -> Any:
+        compiled_with.append(cache_dir)
+        return real_session(*args, cache_dir=cache_dir)
+
     monkeypatch.setattr(spacy_accelerate.cache.ModelCache, "compiled_lock", unwritable)
+    monkeypatch.setattr(session_layout, "OpenVINOSession", session)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)
     assert spacy_accelerate.accelerated_components(again)["transformer"].exported.cache_hit
     assert "compiled blobs are not used: the cache folder" in caplog.text
+    assert compiled_with == [None]  # compiled without OpenVINO's blob cache
     assert disagreements(expected, run(again, texts, 8), again) == []
 
 
@@ -545,11 +563,13 @@ def test_too_few_calibration_tokens_are_refused_before_any_work(
     assert not cache_dir.exists() or not any(cache_dir.iterdir())
 
 
-def test_the_gate_judges_disabled_components_too(
+def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeline(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    # The key covers every component's weights, enabled or not: an entry judged with the
-    # tagger disabled must have judged its tags, or it would serve them unjudged later.
+    # The gate judges what runs: with the tagger disabled it never sees tags, so that
+    # entry must not be a hit for the pipeline with the tagger enabled (its tags were
+    # 99.51% when served that way, below a 99.55% bound). A disabled component is never
+    # run: it may be disabled because it cannot run.
     seen: list[str] = []
     judged = {"tags": lambda token: seen.append(token.tag_) or token.tag_}
     monkeypatch.setattr(calibration, "_ANNOTATIONS", judged)
@@ -557,6 +577,12 @@ def test_the_gate_judges_disabled_components_too(
     nlp.disable_pipe("tagger")
     options = {"cache_dir": cache_dir, "min_agreement": 0.5, "min_cosine": 0.9}
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
-    assert seen and all(seen)  # PyTorch's and int8's tags both, on every token
+    without = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
+    assert seen and not any(seen)  # no tags on either side: the tagger did not run
     assert nlp.disabled == ["tagger"]
-    assert not any(token.tag_ for token in nlp("The tagger stays disabled."))
+    seen.clear()
+    nlp.enable_pipe("tagger")
+    spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
+    whole = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
+    assert whole.key != without.key and not whole.cache_hit
+    assert seen and all(seen)  # now judged on the tagger's tags

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -109,28 +108,12 @@ def record_calls(
     return [call for call in recorder.calls if call.input_ids.size], docs
 
 
-@contextmanager
-def every_component_enabled(nlp: Language) -> Iterator[None]:
-    """Runs with the disabled components enabled. The cache key covers every component's
-    weights, enabled or not, so the gate must judge them all: an entry judged with the
-    tagger disabled would otherwise serve the whole pipeline, tags never judged."""
-    disabled = list(nlp.disabled)
-    for name in disabled:
-        nlp.enable_pipe(name)
-    try:
-        yield
-    finally:
-        for name in disabled:
-            nlp.disable_pipe(name)
-
-
 def record_calibration(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str] | None
 ) -> Calibration:
     """The calibration on ``texts`` (the built-in sample when None), in items of a few rows."""
     chosen = tuple(builtin_texts() if texts is None else texts)
-    with every_component_enabled(nlp):
-        calls, docs = record_calls(nlp, location, spec, chosen)
+    calls, docs = record_calls(nlp, location, spec, chosen)
     items = tuple(
         EncoderInputs(
             call.input_ids[start : start + ROWS_PER_ITEM],
@@ -161,11 +144,14 @@ class CalibrationSource:
     @cached_property
     def judged_by(self) -> str:
         """SHA256 of what decides the plan besides the transformer and the texts: the
-        components' settings (span windows shape the calibration batches) and the other
-        components' weights (the agreement gate judges their annotations)."""
+        components' settings (span windows shape the calibration batches), the other
+        components' weights (the agreement gate judges their annotations), and which are
+        disabled: the gate judges only what runs, so a plan judged with the tagger
+        disabled must not serve the whole pipeline, whose tags it never saw."""
         digest = hashlib.sha256()
         settings = json.dumps(self.nlp.config.get("components", {}), sort_keys=True, default=str)
         digest.update(settings.encode("utf8"))
+        digest.update(json.dumps(sorted(self.nlp.disabled)).encode("utf8"))
         transformers = {id(component.pipe) for component in transformer_components(self.nlp)}
         for name, component in self.nlp.components:
             if id(component) not in transformers:
@@ -222,8 +208,7 @@ _ANNOTATIONS = {
 def check_agreement(nlp: Language, calibration: Calibration, min_agreement: float) -> None:
     """Refuse the accelerated ``nlp`` unless it tags and finds entities in the calibration
     texts like PyTorch did, at least ``min_agreement`` of the tokens each."""
-    with every_component_enabled(nlp):
-        docs = list(nlp.pipe(calibration.texts, batch_size=32))
+    docs = list(nlp.pipe(calibration.texts, batch_size=32))
     tokens = sum(len(doc) for doc in docs)
     for name, read in _ANNOTATIONS.items():
         same = sum(
