@@ -213,6 +213,9 @@ def test_blobs_that_cannot_be_checked_are_not_read(
 def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch):
     key = openvino_runtime.openvino_key(Precision.FP32)
     assert key["openvino"] and key["cpu"] and "FP32" in key["cpu"]
+    import nncf  # read from its metadata, not imported: the same version, so the same keys
+
+    assert key["nncf"] == nncf.__version__
     config = spacy_accelerate.config.build_config("openvino", "fp32")
     assert exported._export_options(config)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint

@@ -21,6 +21,7 @@ and length axes: static models per bucket were slower on the CPU
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -148,9 +149,9 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
     (entries chosen by an older search, which could not serve a faster plan found
     now, are not reused)."""
     versions: dict[str, Any] = {"openvino": import_openvino().__version__}
-    try:
-        versions["nncf"] = importlib.import_module("nncf").__version__
-    except ImportError:
+    try:  # from its metadata: importing NNCF takes time, and fp32 and bf16 never use it
+        versions["nncf"] = importlib.metadata.version("nncf")
+    except importlib.metadata.PackageNotFoundError:
         versions["nncf"] = None
     key = {**versions, "cpu": sorted(cpu_capabilities())}
     if precision is Precision.INT8:
