@@ -146,6 +146,8 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     blob_files = [path for path in blobs if path.suffix == ".blob"]
     assert all(written[p] == (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob_files)
     assert disagreements(run(nlp, texts, 8), run(again, texts, 8), again) == []
+    # A blob of the layout before per-key folders goes too.
+    (blob_files[0].parent.parent / "1234.blob").write_bytes(b"old")
     assert spacy_accelerate.clear_cache(cache_dir) >= 1
     assert not any((cache_dir / "openvino").glob("*"))
 

@@ -443,8 +443,7 @@ class ModelCache:
         for path in orphans:
             _remove_path(path)
         self._clear_engines()
-        for cpu in sorted((self.root / COMPILED_DIR).glob("*")):
-            _remove_path(cpu)  # every key's blobs, keys without an entry included
+        self._clear_compiled()
         return removed
 
     def engine_dir(self, key: str, device: str, settings: str) -> Path:
@@ -523,6 +522,25 @@ class ModelCache:
             if folder.is_dir():
                 with self.compiled_lock(folder):
                     _remove_path(folder)
+
+    def _clear_compiled(self) -> None:
+        """Remove every key's blobs (keys without an entry included), each under its lock,
+        and anything else under ``openvino/`` (blobs of the layout before per-key folders).
+        A folder a build makes meanwhile stays, as with engines."""
+        base = self.root / COMPILED_DIR
+        for cpu in sorted(base.glob("*")):
+            children = sorted(cpu.iterdir()) if cpu.is_dir() else [cpu]
+            for child in children:
+                if child.is_dir() and _KEY_PATTERN.fullmatch(child.name):
+                    with self.compiled_lock(child):
+                        _remove_path(child)
+                else:
+                    _remove_path(child)
+            for folder in (cpu, base):
+                try:
+                    folder.rmdir()  # only when nothing else is left in it
+                except OSError:
+                    pass
 
     def _clear_engines(self) -> None:
         """Remove the engines of every key, and the timing caches; nothing else."""
