@@ -299,6 +299,14 @@ def _describe_files(folder: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when nothing is left in it (another process may be adding)."""
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
 def _remove_path(path: Path) -> None:
     """Remove a file, link or folder; missing is fine because another process may have won."""
     try:
@@ -468,9 +476,7 @@ class ModelCache:
 
     def compiled_lock(self, compiled_dir: Path) -> _KeyLock:
         """The lock held while the blobs in ``compiled_dir`` are checked, written or removed."""
-        cpu, key = compiled_dir.parts[-2:]
-        name = f"{COMPILED_DIR}-{cpu}-{key}.lock"
-        return _KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
+        return self._folder_lock(compiled_dir)
 
     def engine_lock(self, engine_dir: Path) -> _KeyLock:
         """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
@@ -478,8 +484,12 @@ class ModelCache:
         Lock files live under ``.locks`` with the others and are never deleted: removing
         a lock file another process waits on would hand out the same lock twice.
         """
-        device, key, settings = engine_dir.parts[-3:]
-        name = f"{ENGINE_DIR}-{device}-{key}-{settings}.lock"
+        return self._folder_lock(engine_dir)
+
+    def _folder_lock(self, folder: Path) -> _KeyLock:
+        """The lock of a derived folder under the cache root, named by its path there
+        (``tensorrt-<gpu>-<key>-<settings>.lock``, ``openvino-<cpu>-<key>.lock``)."""
+        name = "-".join(folder.relative_to(self.root).parts) + ".lock"
         return _KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
 
     def _made(self, folder: Path) -> Path:
@@ -489,8 +499,9 @@ class ModelCache:
             raise _unwritable(self.root, err) from err
         return folder
 
-    def _device_dirs(self) -> list[Path]:
-        base = self.root / ENGINE_DIR
+    def _device_dirs(self, kind: str = ENGINE_DIR) -> list[Path]:
+        """The per-device folders under ``kind`` (TensorRT's GPUs, OpenVINO's CPUs)."""
+        base = self.root / kind
         try:
             return sorted(path for path in base.iterdir() if path.is_dir())
         except OSError:
@@ -505,19 +516,11 @@ class ModelCache:
             for engines in sorted(folder.iterdir()):
                 with self.engine_lock(engines):
                     _remove_path(engines)
-            try:
-                folder.rmdir()
-            except OSError:
-                pass  # an engine appeared meanwhile: it stays, with its entry's next build
+            _remove_if_empty(folder)  # an engine made meanwhile stays, for its entry's next build
 
     def _remove_compiled(self, key: str) -> None:
         """Remove OpenVINO's blobs of ``key`` for every CPU, each under its lock."""
-        base = self.root / COMPILED_DIR
-        try:
-            cpus = sorted(path for path in base.iterdir() if path.is_dir())
-        except OSError:
-            return
-        for cpu in cpus:
+        for cpu in self._device_dirs(COMPILED_DIR):
             folder = cpu / key
             if folder.is_dir():
                 with self.compiled_lock(folder):
@@ -536,11 +539,8 @@ class ModelCache:
                         _remove_path(child)
                 else:
                     _remove_path(child)
-            for folder in (cpu, base):
-                try:
-                    folder.rmdir()  # only when nothing else is left in it
-                except OSError:
-                    pass
+            _remove_if_empty(cpu)
+        _remove_if_empty(base)
 
     def _clear_engines(self) -> None:
         """Remove the engines of every key, and the timing caches; nothing else."""
@@ -549,11 +549,8 @@ class ModelCache:
                 if _KEY_PATTERN.fullmatch(child.name):
                     self._remove_engines(child.name)
             _remove_path(device / "timing")
-            for folder in (device, device.parent):
-                try:
-                    folder.rmdir()  # only when nothing else is left in it
-                except OSError:
-                    pass
+            _remove_if_empty(device)
+            _remove_if_empty(device.parent)
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included."""
