@@ -12,7 +12,7 @@ import onnx
 import pytest
 import spacy
 
-from spacy_accelerate import providers
+from spacy_accelerate import openvino_runtime, providers
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.calibration import CalibrationSource
 from spacy_accelerate.config import Precision, Provider, build_config
@@ -231,6 +231,11 @@ def test_auto_prefers_openvino_on_intel_at_int8_and_bf16(
     assert providers.cpu_order(precision, vendor)[0] is first
     monkeypatch.setattr(providers, "cpu_vendor", lambda: vendor)
     monkeypatch.setattr(providers, "torch_cuda_problem", lambda: "no GPU in this test")
+    # The vendor's rule is what is tested: simulate a CPU with bf16 units (this one may
+    # have none, and then bf16 is refused, as tested in test_openvino.py).
+    monkeypatch.setattr(
+        openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "BF16", "INT8"})
+    )
     config = build_config("auto", precision)
     served = providers.check_provider(config).provider
     # bf16 is served by OpenVINO alone on a CPU, whatever the vendor.

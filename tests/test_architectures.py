@@ -15,10 +15,10 @@ from spacy_accelerate.architectures.base import bert_like_state_dict
 from spacy_accelerate.cache import ModelCache
 from spacy_accelerate.config import build_config
 from spacy_accelerate.exported import get_or_export
-from spacy_accelerate.parity import verification_batch
 from spacy_accelerate.providers import check_provider
 from spacy_accelerate.proxy import make_proxy
 from spacy_accelerate.samples import load_sample
+from spacy_accelerate.verification import random_rows
 
 
 def curated(sample_path: Callable[[str], Path], name: str) -> torch.nn.Module:
@@ -60,7 +60,7 @@ def test_hugging_face_model_matches_every_layer(sample_path: Callable[[str], Pat
     module = curated(sample_path, name).eval()
     detected = detect_architecture(module)
     hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
-    inputs = verification_batch(detected.spec, window=64)
+    inputs = random_rows(detected.spec, window=64)
     ids = torch.from_numpy(inputs.input_ids)
     mask = ids.ne(detected.spec.padding_idx)
     with torch.no_grad():

@@ -19,6 +19,7 @@ import pytest
 import spacy_accelerate
 from spacy_accelerate.cache import (
     MANIFEST_NAME,
+    OWNER_MARK,
     CacheEntry,
     ModelCache,
     default_cache_dir,
@@ -48,6 +49,14 @@ class CountingBuilder:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _crashed_build(root: Path, key: str, suffix: str = "crashed") -> Path:
+    """The folder a build of the library leaves when it is killed: marked, half written."""
+    folder = root / f".tmp-{key}-{suffix}"
+    folder.mkdir(parents=True)
+    (folder / OWNER_MARK).write_text('{"made_by": "spacy-accelerate"}')
+    return folder
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -91,21 +100,23 @@ def test_manifest_records_files_and_inputs(built: CacheEntry) -> None:
     assert on_disk["key_inputs"] == INPUTS
     assert on_disk["spacy_accelerate_version"] == spacy_accelerate.__version__
     assert on_disk["format_version"] == 1
+    mark = (built.path / OWNER_MARK).read_bytes()
     assert on_disk["files"] == {
         "model.onnx": {"size": len(MODEL_BYTES), "sha256": _sha256(MODEL_BYTES)},
         "weights/data.bin": {"size": len(EXTRA_BYTES), "sha256": _sha256(EXTRA_BYTES)},
+        OWNER_MARK: {"size": len(mark), "sha256": _sha256(mark)},  # the library made it
     }
     created = datetime.fromisoformat(built.created)
     assert created.utcoffset() is not None and created.utcoffset().total_seconds() == 0
     manifest_size = (built.path / MANIFEST_NAME).stat().st_size
-    assert built.size_bytes == len(MODEL_BYTES) + len(EXTRA_BYTES) + manifest_size
+    assert built.size_bytes == len(MODEL_BYTES) + len(EXTRA_BYTES) + len(mark) + manifest_size
 
 
 def test_entry_file_refuses_unlisted_names(built: CacheEntry) -> None:
     assert built.file("weights/data.bin") == built.path / "weights" / "data.bin"
-    with pytest.raises(KeyError):
+    with pytest.raises(CacheError, match="not a file of the cache entry"):
         built.file("other.onnx")
-    with pytest.raises(KeyError):
+    with pytest.raises(CacheError):
         built.file(MANIFEST_NAME)
 
 
@@ -243,12 +254,9 @@ def test_manifest_pointing_outside_the_entry_is_not_served(
 
 
 def test_leftover_temp_dir_is_never_served_and_is_swept(cache: ModelCache) -> None:
-    cache.root.mkdir(parents=True)
-    crashed = cache.root / f".tmp-{KEY}-crashed"
-    crashed.mkdir()
+    crashed = _crashed_build(cache.root, KEY)
     (crashed / "model.onnx").write_bytes(b"half")
-    other_crash = cache.root / f".tmp-{OTHER_KEY}-crashed"
-    other_crash.mkdir()
+    _crashed_build(cache.root, OTHER_KEY)
     assert cache.lookup(KEY) is None
     assert cache.entries() == []
     builder = CountingBuilder()
@@ -258,9 +266,7 @@ def test_leftover_temp_dir_is_never_served_and_is_swept(cache: ModelCache) -> No
 
 
 def test_temp_dir_of_a_live_build_is_kept(cache: ModelCache) -> None:
-    cache.root.mkdir(parents=True)
-    live = cache.root / f".tmp-{OTHER_KEY}-inprogress"
-    live.mkdir()
+    live = _crashed_build(cache.root, OTHER_KEY, "inprogress")
     lock = filelock.FileLock(str(cache.root / ".locks" / f"{OTHER_KEY}.lock"))
     with lock:  # stands in for another process that is building OTHER_KEY right now
         assert cache.get_or_build(KEY, INPUTS, CountingBuilder()).hit is False
@@ -334,7 +340,7 @@ def test_invalid_keys_are_rejected(cache: ModelCache, bad_key: str) -> None:
 def test_entries_size_evict_and_clear(cache: ModelCache, built: CacheEntry) -> None:
     other = cache.get_or_build(OTHER_KEY, {"model": "b"}, CountingBuilder()).entry
     (cache.root / "junk.txt").write_text("not an entry")
-    (cache.root / hashlib.sha256(b"broken").hexdigest()).mkdir()  # no manifest
+    (cache.root / hashlib.sha256(b"broken").hexdigest()).mkdir()  # no manifest, empty
     assert [e.key for e in cache.entries()] == sorted([KEY, OTHER_KEY])
     assert (cache.root / hashlib.sha256(b"broken").hexdigest()).exists()  # listing is read-only
 
@@ -345,10 +351,9 @@ def test_entries_size_evict_and_clear(cache: ModelCache, built: CacheEntry) -> N
     assert cache.evict(OTHER_KEY) is False
     assert [e.key for e in cache.entries()] == [KEY]
 
-    stale = cache.root / f".tmp-{OTHER_KEY}-crashed"
-    stale.mkdir()
+    stale = _crashed_build(cache.root, OTHER_KEY)
     (stale / "model.onnx").write_bytes(b"x" * 10)
-    assert cache.clear() == 2  # KEY and the broken entry
+    assert cache.clear() == 1  # KEY; the empty folder goes too, but held no entry
     assert cache.entries() == []
     assert _entry_dirs(cache.root) == ["junk.txt"]
     assert _leftovers(cache.root) == []
@@ -418,3 +423,154 @@ def test_two_processes_build_once(tmp_path: Path) -> None:
     assert _entry_dirs(root) == [KEY]
     assert _leftovers(root) == []
     assert ModelCache(root).lookup(KEY) is not None
+
+
+# --------------------------------------------------------------------------- only its own files
+
+
+def _user_file(path: Path, text: str = "the user's own words") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_clear_and_evict_remove_only_what_the_library_made(
+    cache: ModelCache, built: CacheEntry, tmp_path: Path
+) -> None:
+    root = cache.root
+    # What the library made: an entry (built), OpenVINO blobs, TensorRT engines and timing.
+    blobs = cache.compiled_dir(KEY, "cpu-a")
+    (blobs / "123.blob").write_bytes(b"blob")
+    (blobs / "blobs.json").write_text("{}")
+    engines = cache.engine_dir(KEY, "gpu0", "abcd")
+    (engines / "model.engine").write_bytes(b"engine")
+    timing = cache.timing_dir("gpu1")
+    (timing / "cache.timing").write_bytes(b"timing")
+    # What it did not make: a user's files and folders, and links to folders outside.
+    thesis = tmp_path / "thesis"
+    chapters = [_user_file(thesis / f"chapter-{i}.tex") for i in range(3)]
+    (root / "openvino").mkdir(exist_ok=True)
+    os.symlink(thesis, root / "openvino" / "some-cpu")
+    os.symlink(thesis, root / "openvino" / "cpu-a" / OTHER_KEY)
+    os.symlink(thesis, root / OTHER_KEY)
+    os.symlink(thesis, root / "tensorrt" / "gpu9")
+    kept = [
+        _user_file(root / "openvino" / "notes.txt"),
+        _user_file(root / "openvino" / "cpu-b" / KEY / "mine.txt"),  # key-named, not marked
+        _user_file(root / "tensorrt" / "gpu0" / "timing" / "user.txt"),  # not marked
+        _user_file(root / ".tmp-notes" / "keep.txt"),
+        _user_file(root / f".tmp-{KEY}-lookalike" / "keep.txt"),
+        _user_file(root / hashlib.sha256(b"user").hexdigest() / "keep.txt"),
+    ]
+
+    assert cache.evict(OTHER_KEY) is False  # a link at the entry's place: not followed
+    assert cache.clear() == 1
+    assert [path.read_text() for path in [*chapters, *kept]] == ["the user's own words"] * 9
+    assert sorted(p.name for p in thesis.iterdir()) == [
+        "chapter-0.tex",
+        "chapter-1.tex",
+        "chapter-2.tex",
+    ]
+    for made in (built.path, blobs, engines, timing):
+        assert not made.exists(), made
+    assert (root / OTHER_KEY).is_symlink() and (root / "openvino" / "some-cpu").is_symlink()
+
+
+def test_derived_folders_are_never_made_or_used_through_a_link(
+    cache: ModelCache, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    outside = tmp_path / "outside"
+    precious = _user_file(outside / "precious.txt")
+    cache.root.mkdir(parents=True)
+    os.symlink(outside, cache.root / "openvino")
+    os.symlink(outside, cache.root / "tensorrt")
+    with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
+        assert cache.compiled_dir(KEY, "cpu") is None
+        assert cache.engine_dir(KEY, "gpu0", "abcd") is None
+        assert cache.timing_dir("gpu0") is None
+    assert [p.name for p in outside.iterdir()] == ["precious.txt"]  # nothing made in there
+    assert precious.read_text() == "the user's own words"
+    assert "not using" in caplog.text
+    # A folder at a blob folder's place that the library did not make is not used either.
+    (cache.root / "openvino").unlink()
+    _user_file(cache.root / "openvino" / "cpu" / KEY / "mine.txt")
+    assert cache.compiled_dir(KEY, "cpu") is None
+    assert cache.compiled_dir(OTHER_KEY, "cpu") == cache.root / "openvino" / "cpu" / OTHER_KEY
+
+
+def test_a_foreign_folder_at_an_entrys_place_is_never_served_or_removed(
+    cache: ModelCache,
+) -> None:
+    mine = _user_file(cache.root / KEY / "model.onnx", "not a model")
+    builder = CountingBuilder()
+    with pytest.raises(CacheError, match="not made by spacy-accelerate") as info:
+        cache.get_or_build(KEY, INPUTS, builder)
+    assert str(cache.root / KEY) in str(info.value) and "cache_dir=" in str(info.value)
+    assert builder.calls == 0 and mine.read_text() == "not a model"
+    assert cache.lookup(KEY) is None and cache.clear() == 0 and mine.exists()
+
+
+# --------------------------------------------------------------------------- complete entries
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ("weights.bin", "weights.bin"),
+        ("weights/other.bin", "weights/other.bin"),
+        ("sub/x.bin", "sub"),
+    ],
+    ids=["top", "beside", "deep"],
+)
+def test_a_file_the_manifest_does_not_list_refuses_the_entry(
+    cache: ModelCache,
+    built: CacheEntry,
+    caplog: pytest.LogCaptureFixture,
+    extra: str,
+    named: str,
+) -> None:
+    # A runtime loads files it finds beside the model (ONNX external data): never unverified.
+    _user_file(built.path / extra, "corrupted weights")
+    assert cache.lookup(KEY) is None
+    _assert_rebuilt(cache, caplog, reason=f"{named} is in the entry but not in its manifest")
+    assert not (cache.root / KEY / extra).exists()
+
+
+def test_an_entry_without_a_file_its_user_needs_is_rebuilt(
+    cache: ModelCache, built: CacheEntry, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert cache.lookup(KEY, required=("model.onnx",)) is not None
+    assert cache.lookup(KEY, required=("model.onnx", "parity.json")) is None
+
+    def build(tmp_dir: Path) -> None:
+        CountingBuilder()(tmp_dir)
+        (tmp_dir / "parity.json").write_text("{}")
+
+    result = cache.get_or_build(KEY, INPUTS, build, required=("parity.json",))
+    assert result.hit is False and result.entry.file("parity.json").read_text() == "{}"
+    assert cache.get_or_build(KEY, INPUTS, build, required=("parity.json",)).hit is True
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+def test_a_lock_wait_says_who_holds_it_and_lock_timeout_ends_it(
+    cache: ModelCache, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spacy_accelerate import cache_lock
+
+    monkeypatch.setattr(cache_lock, "NOTICE_AFTER", 0.2)
+    cache._ensure_root()
+    waiting = ModelCache(cache.root, lock_timeout=0.6)
+    with cache._lock(KEY), caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        with pytest.raises(CacheError, match="lock_timeout") as info:
+            waiting.get_or_build(KEY, INPUTS, CountingBuilder())
+    notices = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert notices and all(
+        r.levelno == logging.INFO for r in caplog.records if "waiting" in r.getMessage()
+    )
+    assert f"pid {os.getpid()} on this machine" in notices[0]
+    assert f"pid {os.getpid()}" in str(info.value)
+    # Released: the record goes with the lock, and the next call builds at once.
+    assert not list((cache.root / ".locks").glob("*.owner"))
+    assert waiting.get_or_build(KEY, INPUTS, CountingBuilder()).hit is False

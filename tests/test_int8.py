@@ -15,9 +15,12 @@ from spacy.language import Language
 
 import spacy_accelerate
 from spacy_accelerate import AccuracyError, exported
+from spacy_accelerate import config as config_module
 from spacy_accelerate.cache import MANIFEST_NAME
+from spacy_accelerate.config import build_config
+from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
 from spacy_accelerate.export import MODEL_FILE
-from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE, KeepFloat
+from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE, KeepFloat, recipe_for
 
 
 @pytest.fixture()
@@ -90,10 +93,36 @@ def test_the_default_recipe_is_recorded_in_the_cache_key(bert: Language, cache_d
     recipe = manifest["key_inputs"]["export"]["int8"]
     assert recipe == {
         "per_channel": True,
+        "reduce_range": cpu_features().int8_products_saturate,  # what this CPU needs
         "fuse_first": False,
         "plans": ["nothing", "ffn_output", "ffn"],
     }
     assert DEFAULT_INT8_RECIPE.plans == tuple(KeepFloat)
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "seven_bit"),
+    [
+        ("x86_64", {"avx2", "avx512f", "avx512bw", "avx512_vnni", "amx_int8", "amx_tile"}, False),
+        ("x86_64", {"avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"}, False),
+        ("x86_64", {"avx2", "avx_vnni"}, False),
+        ("x86_64", {"avx2"}, True),  # an AVX2-only EPYC: u8 x s8 products saturate
+        ("x86_64", {"avx2", "avx512f", "avx512bw"}, True),  # AVX-512 without VNNI too
+        ("aarch64", {"asimd", "asimddp"}, False),
+    ],
+    ids=["amx", "avx512-vnni", "avx-vnni", "avx2", "avx512-no-vnni", "arm"],
+)
+def test_the_int8_recipe_follows_what_the_cpu_multiplies_without_saturating(
+    machine: str, flags: set[str], seven_bit: bool, monkeypatch: pytest.MonkeyPatch
+):
+    simulated = CpuFeatures(vendor="", flags=frozenset(flags), machine=machine)
+    assert recipe_for(simulated).reduce_range is seven_bit
+    monkeypatch.setattr(config_module, "cpu_features", lambda: simulated)
+    assert build_config("cpu", "int8").int8.reduce_range is seven_bit
+    # This machine gets the recipe its own detection says it needs.
+    monkeypatch.undo()
+    here = cpu_features()
+    assert build_config("cpu", "int8").int8 == recipe_for(here)
 
 
 def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(

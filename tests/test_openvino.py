@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import pickle
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +22,9 @@ from spacy_accelerate import (
     openvino_runtime,
     session_layout,
 )
+from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.benchmark import agreement
+from spacy_accelerate.cache import OWNER_MARK
 from spacy_accelerate.config import Precision, Provider
 from spacy_accelerate.doc_outputs import token_cosines
 from spacy_accelerate.encoder_inputs import EncoderInputs
@@ -31,6 +35,7 @@ from spacy_accelerate.errors import (
     ProviderUnavailableError,
 )
 from spacy_accelerate.openvino_runtime import IR_FILE, IR_WEIGHTS, OpenVINORunner
+from spacy_accelerate.verification import Verification
 
 TEXTS = 32
 
@@ -146,10 +151,11 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     blob_files = [path for path in blobs if path.suffix == ".blob"]
     assert all(written[p] == (p.stat().st_ino, p.stat().st_mtime_ns) for p in blob_files)
     assert disagreements(run(nlp, texts, 8), run(again, texts, 8), again) == []
-    # A blob of the layout before per-key folders goes too.
-    (blob_files[0].parent.parent / "1234.blob").write_bytes(b"old")
+    # Every key's blob folder goes; a file the library cannot show it made stays.
+    stray = blob_files[0].parent.parent / "1234.blob"
+    stray.write_bytes(b"not provably ours")
     assert spacy_accelerate.clear_cache(cache_dir) >= 1
-    assert not any((cache_dir / "openvino").glob("*"))
+    assert [p for p in (cache_dir / "openvino").rglob("*") if p.is_file()] == [stray]
 
 
 def test_a_damaged_compiled_blob_is_compiled_again_not_served(
@@ -219,7 +225,8 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
 
     assert key["nncf"] == nncf.__version__
     config = spacy_accelerate.config.build_config("openvino", "fp32")
-    assert exported._export_options(config)["openvino"] == key
+    spec, checks = _TINY_SPEC, Verification(window=16)
+    assert exported._export_options(config, spec, checks)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
     assert "int8_plans" not in key  # and by int8's plans
     # An int8 entry chosen among other plans (here: dynamic int8 in other groups) is not reused.
@@ -227,7 +234,23 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(openvino_runtime, "DYNAMIC_INT8_GROUP_SIZE", 64)
     assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] != plans
     cpu = spacy_accelerate.config.build_config("cpu", "fp32")
-    assert "openvino" not in exported._export_options(cpu)
+    assert "openvino" not in exported._export_options(cpu, spec, checks)
+
+
+_TINY_SPEC = EncoderSpec(
+    family="bert",
+    vocab_size=100,
+    hidden_width=8,
+    num_attention_heads=2,
+    intermediate_width=16,
+    num_hidden_layers=1,
+    hidden_act="gelu",
+    layer_norm_eps=1e-12,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    padding_idx=0,
+    model_max_length=64,
+)
 
 
 def test_int8_float_layers_run_in_bf16_only_where_the_cpu_has_it(
@@ -301,6 +324,7 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     texts: list[str],
     cache_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     nlp = spacy.load(sample_path("roberta"))
     expected = run(nlp, texts, batch_size=8)
@@ -320,7 +344,13 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     first = openvino_runtime.precision_hint(Precision.INT8)
     assert hint.to_string() == ("f32" if parity.plan.endswith("fp32)") else first)
     assert len(entry.manifest["key_inputs"]["export"]["calibration_sha256"]) == 64
-    assert set(entry.manifest["files"]) == {IR_FILE, IR_WEIGHTS, "parity.json", "spot_check.npz"}
+    assert set(entry.manifest["files"]) == {
+        IR_FILE,
+        IR_WEIGHTS,
+        "parity.json",
+        "spot_check.npz",
+        OWNER_MARK,
+    }
     actual = run(nlp, texts, batch_size=8)
     assert agreement(expected, actual).rate("tag") >= 0.9  # held-out texts, tiny random heads
     assert max_abs_diff(expected, actual) > 1e-3  # int8 really ran
@@ -346,7 +376,9 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     assert trusted.cache_hit and trusted.parity is None and trusted.plan == parity.plan
     assert disagreements(actual, run(again, texts, 8), again) == []
     # The warm start's spot check runs the stored calibration items: a runtime that
-    # computes differently from the one the model was proven with is caught there.
+    # computes differently from the one the model was proven with is caught there, and
+    # the entry is built again (here, under the same drift, every plan is refused).
+    monkeypatch.undo()
     real_run = OpenVINORunner.run_arrays
 
     def drifting(self, feeds, names):
@@ -354,14 +386,17 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
         return [a + noise.normal(0, a.std() * 0.5, a.shape) for a in real_run(self, feeds, names)]
 
     monkeypatch.setattr(OpenVINORunner, "run_arrays", drifting)
-    with pytest.raises(AccuracyError, match="mean token cosine over the pieces spaCy reads"):
-        spacy_accelerate.optimize(
-            spacy.load(sample_path("roberta")),
-            "openvino",
-            "int8",
-            cache_dir=cache_dir,
-            min_agreement=0.95,
-        )
+    with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
+        with pytest.raises(AccuracyError, match="No int8 plan"):
+            spacy_accelerate.optimize(
+                spacy.load(sample_path("roberta")),
+                "openvino",
+                "int8",
+                cache_dir=cache_dir,
+                min_agreement=0.95,
+            )
+    assert "mean token cosine over the pieces spaCy reads" in caplog.text
+    assert "is rebuilt" in caplog.text
     # The bounds a plan was chosen under are part of the key: a stricter agreement is
     # another entry, built and refused here, never the looser model served.
     monkeypatch.undo()
@@ -522,18 +557,31 @@ def _plan_settings(compiled: Any) -> str:
     return f"{hint}, groups of {compiled.get_property('DYNAMIC_QUANTIZATION_GROUP_SIZE')}"
 
 
-def test_calibration_texts_are_part_of_the_key_and_saved(
+def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
     sample_path: Callable[[str], Path], texts: list[str], cache_dir: Path, tmp_path: Path
 ):
     nlp = spacy.load(sample_path("roberta"))
+    secret = "Ms. Quillfeather's account number is 4929-1234-5678."
+    private = [*texts, secret]
     options = {"cache_dir": cache_dir, "min_agreement": 0.5, "min_cosine": 0.9}
-    spacy_accelerate.optimize(nlp, "openvino", "int8", calibration_texts=texts, **options)
+    spacy_accelerate.optimize(nlp, "openvino", "int8", calibration_texts=private, **options)
     mine = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
-    # The saved pipeline remembers the calibration texts and the bounds: it loads the same entry.
+    # Only the texts' sha256 and count go to disk, and they find the same entry.
     nlp.to_disk(tmp_path / "saved")
+    config_text = (tmp_path / "saved" / "config.cfg").read_text()
+    assert "Quillfeather" not in config_text and texts[0] not in config_text
+    assert calibration.texts_digest(private) in config_text
+    assert f"calibration_count = {len(private)}" in config_text
+    # No file holds the texts. (spaCy's own vocabulary keeps the words of every text a
+    # pipeline ran on, these too, but not the texts.)
+    for path in (tmp_path / "saved").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
     saved = spacy.load(tmp_path / "saved")
     reloaded = spacy_accelerate.accelerated_components(saved)["transformer"].exported
     assert reloaded.key == mine.key and reloaded.cache_hit
+    # A pickle carries no texts either.
+    assert secret.encode() not in pickle.dumps(nlp)
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
     builtin = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
     assert mine.key != builtin.key and not builtin.cache_hit
@@ -541,11 +589,15 @@ def test_calibration_texts_are_part_of_the_key_and_saved(
         entry.manifest["key_inputs"]["export"]["calibration_sha256"]
         for entry in spacy_accelerate.cache.ModelCache(cache_dir).entries()
     }
-    expected = {
-        calibration.texts_digest(texts),
+    assert digests == {
+        calibration.texts_digest(private),
         calibration.texts_digest(calibration.builtin_texts()),
     }
-    assert digests == expected
+    # Where the entry is gone, the texts cannot be had again: the error says how to give
+    # them, and the pipeline is left plain (not half accelerated).
+    spacy_accelerate.clear_cache(cache_dir)
+    with pytest.raises(InvalidOptionError, match="calibration_texts"):
+        spacy.load(tmp_path / "saved")
 
 
 def test_calibration_texts_are_validated():

@@ -11,18 +11,19 @@ from spacy.language import Language
 from .architectures import detect_architecture
 from .buckets import BucketPlan
 from .cache import ModelCache
-from .calibration import agreement_judge, calibration_for
-from .config import OptimizeConfig, Precision, Provider, build_config
+from .calibration import agreement_judge, calibration_for, record_probe
+from .config import MissingCache, OptimizeConfig, Precision, Provider, build_config
 from .exported import get_or_export
 from .fallback import fallback_chain, serve_first
 from .gpu_options import GpuOptions
 from .guard import install_training_guards, remove_training_guards
-from .patch import is_patched, patch, reads_all_layers, revert, unpatch
+from .patch import exclusive, guard, is_patched, patch, reads_all_layers, revert, unpatch
 from .persist import OptimizeRequest, forget, install_load_hooks, record, remove_load_hooks
 from .providers import check_provider
 from .proxy import AcceleratedModule, make_proxy
 from .shim import find_shim, find_span_settings
 from .validate import find_transformer_components, transformer_components
+from .verification import Verification, declared_special_ids
 from .warmup import warm_up
 
 
@@ -42,6 +43,8 @@ def optimize(
     gpu: GpuOptions | Mapping[str, Any] | None = None,
     calibration_texts: Sequence[str] | None = None,
     min_agreement: float | None = None,
+    lock_timeout: float | None = None,
+    missing_cache: str | MissingCache = "rebuild",
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -59,15 +62,15 @@ def optimize(
     providers. OpenVINO's int8 is calibrated on ``calibration_texts`` (default: a
     built-in English sample) and served only if, on them, the mean token cosine is
     at least ``min_cosine`` (0.995) and the pipeline's tags and entities stay as
-    PyTorch's on at least ``min_agreement`` (0.995) of the tokens. ``fallback=True``
-    walks TensorRT -> CUDA -> CPU when a provider cannot run here, with a warning,
-    instead of raising.
+    PyTorch's on at least ``min_agreement`` (0.995) of the tokens; only their sha256 and
+    count are saved with the pipeline. ``fallback=True`` walks TensorRT -> CUDA -> CPU
+    when a provider cannot run here, with a warning, instead of raising.
+    ``lock_timeout`` (seconds, default an hour) bounds the wait for another process
+    building the same model. ``missing_cache`` says what the pipeline does when it is
+    saved or pickled and loaded where its cache entry is missing: ``"rebuild"`` exports it
+    again, ``"pytorch"`` runs on PyTorch with a warning (this call always builds).
     """
-
-    components = find_transformer_components(nlp)  # 1. validate
-    shims = [find_shim(component) for component in components]  # 2. find the shim
-    encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
-    config = build_config(  # 4. build the config
+    config = build_config(  # 4. build the config (checked first: it fails fastest)
         provider,
         precision,
         cache_dir=cache_dir,
@@ -81,15 +84,44 @@ def optimize(
         gpu=gpu,
         calibration_texts=calibration_texts,
         min_agreement=min_agreement,
+        lock_timeout=lock_timeout,
+        missing_cache=missing_cache,
     )
-    cache = ModelCache(config.cache_dir)
+    return apply_config(nlp, config, threads=threads)
+
+
+def apply_config(
+    nlp: Language, config: OptimizeConfig, *, threads: int | None, reloading: bool = False
+) -> Language:
+    """:func:`optimize` with its options already validated; ``reloading``: a saved or
+    pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
+    it (otherwise :class:`~.exported.CacheMissError`)."""
+    components = find_transformer_components(nlp)  # 1. validate
+    shims = [find_shim(component) for component in components]  # 2. find the shim
+    encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
+    for location in shims:  # from here on, swaps wait for the batches in flight
+        guard(location)
+    cache = ModelCache(config.cache_dir, lock_timeout=config.lock_timeout)
+    build_allowed = not reloading or config.missing_cache is MissingCache.REBUILD
+    # What every model is checked on: random and control ids, and the pipeline's own
+    # inputs on built-in text (recorded once, on PyTorch, before anything is swapped).
+    checks = [
+        Verification(
+            window=find_span_settings(component).window,
+            special_ids=declared_special_ids(component.pipe),
+            probe=record_probe(nlp, location, detected.spec),
+        )
+        for component, location, detected in zip(components, shims, encoders, strict=True)
+    ]
 
     def accelerate(attempt: OptimizeConfig) -> None:
         resolved = check_provider(attempt)  # 5. check the provider
         attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
         previous = [location.module for location in shims]
         try:
-            for component, location, detected in zip(components, shims, encoders, strict=True):
+            for component, location, detected, verification in zip(
+                components, shims, encoders, checks, strict=True
+            ):
                 spans = find_span_settings(component)
                 module = location.pytorch_module
                 buckets = BucketPlan.for_pipeline(
@@ -111,6 +143,9 @@ def optimize(
                     buckets=buckets,
                     calibration=calibration,
                     judge=judge,
+                    verification=verification,
+                    build_allowed=build_allowed,
+                    exclusive=lambda location=location: exclusive(location),
                 )
                 proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
                 patch(location, proxy)  # 8. patch

@@ -11,14 +11,20 @@ like an entry is either complete and verified, or it is never served*.
 - A per-key :class:`filelock.FileLock` in ``<cache_dir>/.locks/`` serialises builders, so
   concurrent processes build once; the ones that waited find the entry and report a hit.
 - Every hit is checked against its manifest (size and sha256 of each listed file, key equal
-  to the folder name). A mismatch means a truncated copy, a crash on a filesystem without
-  ordered writes, or tampering: the entry is evicted under its lock and rebuilt.
+  to the folder name, the files its user needs present, and no file the manifest does not
+  list: a runtime loads an unlisted file, external weights say, as readily as a listed one).
+  A mismatch means a truncated copy, a crash on a filesystem without ordered writes, or
+  tampering: the entry is evicted under its lock and rebuilt.
 - Only JSON is ever parsed from the cache; nothing is unpickled or imported from it.
 - Keys are validated as 64 lowercase hex characters so a key can never name a path outside
   the cache folder, and file names in a manifest must be plain relative paths for the same
   reason.
 
-Leftover temporary folders (``.tmp-*``) come from builds that crashed. They are never served
+Only what the library made is ever removed (:mod:`.ownership`): folders carry its mark
+(entries also their manifest), links are never followed, and anything else found in the
+cache folder (a user's notes, another tool's files) is left where it is.
+
+Leftover temporary folders (``.tmp-<key>-*``) come from builds that crashed. They are never served
 (their names are not keys) and are removed whenever this process can hold their key's lock,
 which proves no build is writing into them: on every cache miss (for all keys), on
 :meth:`ModelCache.evict` (for that key) and on :meth:`ModelCache.clear`.
@@ -32,20 +38,29 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import filelock
 import platformdirs
 
 from ._version import __version__
+from .cache_lock import DEFAULT_LOCK_TIMEOUT, KeyLock
 from .errors import CacheError
+from .ownership import (
+    MARK,
+    is_marked,
+    is_real_dir,
+    make_owned_dir,
+    real_subdirs,
+    remove_if_empty,
+    remove_tree,
+    write_mark,
+)
 
 __all__ = [
     "CACHE_ENV_VAR",
@@ -67,6 +82,8 @@ CACHE_ENV_VAR = "SPACY_ACCELERATE_CACHE"
 _APP_NAME = "spacy-accelerate"
 _KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
 _TMP_PREFIX = ".tmp-"
+#: The file in every entry (and build folder) that says the library made it.
+OWNER_MARK = MARK
 _LOCK_DIR = ".locks"
 #: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
 ENGINE_DIR = "tensorrt"
@@ -131,9 +148,13 @@ class CacheEntry:
     manifest: Mapping[str, Any]
 
     def file(self, name: str) -> Path:
-        """Path of a listed file; unlisted names raise so callers never read unverified data."""
+        """Path of a listed file; an unlisted name is refused so that nothing unverified is
+        ever read (callers name the files they need in ``required``, checked on lookup)."""
         if name not in self.manifest["files"]:
-            raise KeyError(f"{name!r} is not a file of cache entry {self.key}")
+            raise CacheError(
+                f"{name!r} is not a file of the cache entry {self.path}; remove the entry "
+                "(spacy-accelerate cache clear) so that it is rebuilt"
+            )
         return self.path.joinpath(*_safe_relative(name).parts)
 
     @property
@@ -201,7 +222,9 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_manifest_fields(manifest: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def _check_manifest_fields(
+    manifest: Mapping[str, Any], key: str, required: Iterable[str]
+) -> Mapping[str, Any]:
     """Check the manifest's shape; returns its ``files`` table."""
     version = manifest.get("format_version")
     if version != MANIFEST_FORMAT_VERSION:
@@ -222,7 +245,26 @@ def _check_manifest_fields(manifest: Mapping[str, Any], key: str) -> Mapping[str
             or not isinstance(info.get("sha256"), str)
         ):
             raise _CorruptEntry(f"manifest record of {name!r} is malformed")
+    missing = sorted(set(required) - set(files))
+    if missing:
+        raise _CorruptEntry(f"manifest does not list {', '.join(missing)}, which it needs")
     return files
+
+
+def _check_nothing_unlisted(folder: Path, files: Mapping[str, Any]) -> None:
+    """Every path in the entry is the manifest, a listed file or a folder of one: a runtime
+    reads files it finds beside the model (ONNX external data, OpenVINO weights), so an
+    unlisted one would be served unverified."""
+    allowed = {MANIFEST_NAME, *files}
+    for name in files:
+        parents = PurePosixPath(name).parents
+        allowed.update(parent.as_posix() for parent in parents if parent.as_posix() != ".")
+    for dirpath, dirnames, filenames in os.walk(folder):
+        base = Path(dirpath)
+        for entry_name in (*dirnames, *filenames):
+            relative = (base / entry_name).relative_to(folder).as_posix()
+            if relative not in allowed:
+                raise _CorruptEntry(f"{relative} is in the entry but not in its manifest")
 
 
 def _check_sizes(folder: Path, files: Mapping[str, Any]) -> None:
@@ -254,19 +296,29 @@ def _check_hashes(folder: Path, files: Mapping[str, Any]) -> None:
             raise _CorruptEntry(f"{name} does not match its recorded sha256")
 
 
-def _verify(folder: Path, key: str) -> CacheEntry:
+def _verify(folder: Path, key: str, required: Iterable[str] = ()) -> CacheEntry:
     """Return the entry in ``folder`` or raise :class:`_CorruptEntry` saying what is wrong."""
-    try:
-        st = folder.lstat()
-    except OSError as err:
-        raise _CorruptEntry(f"entry cannot be read ({err})") from None
-    if not stat.S_ISDIR(st.st_mode):
+    if not is_real_dir(folder):
         raise _CorruptEntry("entry is not a folder")
     manifest = _read_manifest(folder)
-    files = _check_manifest_fields(manifest, key)
+    files = _check_manifest_fields(manifest, key, required)
+    _check_nothing_unlisted(folder, files)
     _check_sizes(folder, files)
     _check_hashes(folder, files)
     return CacheEntry(key=key, path=folder, manifest=manifest)
+
+
+def _is_own_entry(folder: Path, key: str) -> bool:
+    """Whether the folder at an entry's place is the library's to remove: marked, or (entries
+    of releases before the mark) holding a manifest that names it."""
+    if is_marked(folder):
+        return True
+    if not is_real_dir(folder):
+        return False
+    try:
+        return _read_manifest(folder).get("key") == key
+    except _CorruptEntry:
+        return False
 
 
 # --------------------------------------------------------------------------- building
@@ -294,28 +346,9 @@ def _describe_files(folder: Path) -> dict[str, dict[str, Any]]:
                 f"the model builder wrote a file named {MANIFEST_NAME}, which is reserved"
             )
         files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    if not files:
+    if set(files) <= {OWNER_MARK}:
         raise CacheError(f"the model builder wrote no files into {folder}")
     return files
-
-
-def _remove_if_empty(folder: Path) -> None:
-    """Remove ``folder`` when nothing is left in it (another process may be adding)."""
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
-
-
-def _remove_path(path: Path) -> None:
-    """Remove a file, link or folder; missing is fine because another process may have won."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def _key_of_temp(name: str) -> str | None:
@@ -327,6 +360,15 @@ def _key_of_temp(name: str) -> str | None:
     if _KEY_PATTERN.fullmatch(candidate) and rest.startswith("-"):
         return candidate
     return None
+
+
+def _remove_own_temp(path: Path) -> None:
+    """Remove a build's leftover folder if the library made it; an empty one either way
+    (a build killed between making the folder and marking it leaves it empty)."""
+    if is_marked(path) or _is_own_entry(path, _key_of_temp(path.name) or ""):
+        remove_tree(path)
+    else:
+        remove_if_empty(path)
 
 
 def _unwritable(path: Path, err: OSError) -> CacheError:
@@ -348,7 +390,10 @@ class ModelCache:
     """
 
     def __init__(
-        self, cache_dir: str | os.PathLike[str] | None = None, *, lock_timeout: float = 3600.0
+        self,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         self.root: Path = resolve_cache_dir(cache_dir)
         self.lock_timeout = lock_timeout
@@ -358,19 +403,20 @@ class ModelCache:
 
     # ---------------------------------------------------------------- public API
 
-    def lookup(self, key: str) -> CacheEntry | None:
-        """The verified entry for ``key``, or None; a corrupt entry is evicted on the way."""
+    def lookup(self, key: str, required: Iterable[str] = ()) -> CacheEntry | None:
+        """The verified entry for ``key`` holding the ``required`` files, or None; a corrupt
+        entry is evicted on the way."""
         _validate_key(key)
         folder = self.root / key
         if not os.path.lexists(folder):
             return None
         try:
-            return _verify(folder, key)
+            return _verify(folder, key, required)
         except _CorruptEntry:
             pass
         try:
             with self._lock(key):
-                return self._lookup_locked(key)
+                return self._verified(key, required, evict=True)
         except CacheError as err:
             # Still never served; only the clean-up had to be skipped (e.g. read-only cache).
             logger.warning("Corrupt model cache entry %s not served or evicted: %s", folder, err)
@@ -381,25 +427,52 @@ class ModelCache:
         key: str,
         key_inputs: Mapping[str, Any],
         build: Callable[[Path], Mapping[str, Any] | None],
+        required: Iterable[str] = (),
     ) -> CacheResult:
         """Return the entry for ``key``, running ``build(tmp_dir)`` only if no valid one exists.
 
-        What ``build`` returns (if anything) is recorded in the manifest under ``built``.
+        What ``build`` returns (if anything) is recorded in the manifest under ``built``. An
+        entry without every ``required`` file is not valid.
 
         If ``build`` raises, its exception propagates unchanged and the cache is left as it was.
         """
         start = time.perf_counter()
         _validate_key(key)
+        required = tuple(required)
         inputs_json = self._inputs_as_json(key_inputs)
-        entry = self._peek(key)
+        entry = self._verified(key, required, evict=False)  # lock-free: entries never change
         if entry is not None:
             return CacheResult(entry=entry, hit=True, seconds=time.perf_counter() - start)
         self._ensure_root()
         with self._lock(key):
-            entry = self._lookup_locked(key)
+            entry = self._verified(key, required, evict=True)
             if entry is not None:  # another process built it while we waited
                 return CacheResult(entry=entry, hit=True, seconds=time.perf_counter() - start)
             self._sweep_temp_dirs(locked_key=key)
+            entry = self._build_locked(key, inputs_json, build)
+        return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
+
+    def rebuild(
+        self,
+        stale: CacheEntry,
+        key_inputs: Mapping[str, Any],
+        build: Callable[[Path], Mapping[str, Any] | None],
+        required: Iterable[str] = (),
+    ) -> CacheResult:
+        """Replace ``stale`` (an entry its user refused: it does not compute what its key
+        promises here) by a fresh build. If another process replaced it meanwhile, that
+        entry is returned as a hit instead, for the caller to judge in turn."""
+        start = time.perf_counter()
+        key = _validate_key(stale.key)
+        required = tuple(required)
+        inputs_json = self._inputs_as_json(key_inputs)
+        self._ensure_root()
+        with self._lock(key):
+            current = self._verified(key, required, evict=True)
+            if current is not None and current.manifest != stale.manifest:
+                return CacheResult(entry=current, hit=True, seconds=time.perf_counter() - start)
+            if current is not None:
+                self._remove_entry_locked(key)
             entry = self._build_locked(key, inputs_json, build)
         return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
 
@@ -419,9 +492,10 @@ class ModelCache:
         return found
 
     def evict(self, key: str) -> bool:
-        """Remove the entry for ``key`` (valid or not); True if there was one."""
+        """Remove the entry for ``key`` (valid or not) and what was derived from it; True if
+        there was an entry. Only what the library made is removed."""
         _validate_key(key)
-        if not self.root.is_dir():
+        if not is_real_dir(self.root):
             return False
         with self._lock(key):
             self._remove_temp_dirs_of(key)
@@ -430,55 +504,53 @@ class ModelCache:
             return self._remove_entry_locked(key)
 
     def clear(self) -> int:
-        """Remove every entry and leftover temp folder; returns how many entries were removed.
+        """Remove every entry, what was derived from them and the leftovers of crashed
+        builds; returns how many entries were removed.
 
-        Lock files stay: deleting a lock file another process waits on would let two
-        processes hold "the same" lock on different files.
+        Only folders the library made go (see :mod:`.ownership`); anything else in the
+        cache folder stays, and links are never followed. Lock files stay too: deleting a
+        lock file another process waits on would let two processes hold "the same" lock
+        on different files.
         """
-        if not self.root.is_dir():
+        if not is_real_dir(self.root):
             return 0
         keys = set(self._entry_keys())
-        orphans: list[Path] = []
-        for path in self._temp_dirs():
-            temp_key = _key_of_temp(path.name)
-            if temp_key is None:
-                orphans.append(path)
-            else:
-                keys.add(temp_key)
+        keys.update(key for path in self._temp_dirs() if (key := _key_of_temp(path.name)))
         removed = 0
         for key in sorted(keys):
             removed += self.evict(key)
-        for path in orphans:
-            _remove_path(path)
         self._clear_engines()
         self._clear_compiled()
         return removed
 
-    def engine_dir(self, key: str, device: str, settings: str) -> Path:
+    def engine_dir(self, key: str, device: str, settings: str) -> Path | None:
         """TensorRT's engine folder for entry ``key`` on ``device``, built with ``settings``
-        (a digest). Made on demand."""
+        (a digest). Made on demand; None where the folder found there is not the library's
+        (a link, say): TensorRT then builds its engines anew on every start."""
         _validate_key(key)
-        return self._made(self.root / ENGINE_DIR / device / key / settings)
+        return self._derived(self.root / ENGINE_DIR / device / key / settings, "tensorrt-engines")
 
-    def timing_dir(self, device: str) -> Path:
-        """TensorRT's timing cache for ``device``, shared by every model. Made on demand."""
-        return self._made(self.root / ENGINE_DIR / device / "timing")
+    def timing_dir(self, device: str) -> Path | None:
+        """TensorRT's timing cache for ``device``, shared by every model. Made on demand;
+        None as for :meth:`engine_dir`."""
+        return self._derived(self.root / ENGINE_DIR / device / "timing", "tensorrt-timing")
 
     def compiled_dir(self, key: str, cpu: str) -> Path | None:
         """Where OpenVINO keeps entry ``key``'s compiled blobs for ``cpu`` (None when the
-        cache cannot be written: OpenVINO then compiles on every start). Per key, so that
-        evicting the entry takes its blobs along, and a blob can be checked as its entry is."""
+        cache cannot be written, or the folder there is not the library's: OpenVINO then
+        compiles on every start). Per key, so that evicting the entry takes its blobs
+        along, and a blob can be checked as its entry is."""
         _validate_key(key)
         try:
-            return self._made(self.root / COMPILED_DIR / cpu / key)
+            return self._derived(self.root / COMPILED_DIR / cpu / key, "openvino-blobs")
         except CacheError:
             return None
 
-    def compiled_lock(self, compiled_dir: Path) -> _KeyLock:
+    def compiled_lock(self, compiled_dir: Path) -> KeyLock:
         """The lock held while the blobs in ``compiled_dir`` are checked, written or removed."""
         return self._folder_lock(compiled_dir)
 
-    def engine_lock(self, engine_dir: Path) -> _KeyLock:
+    def engine_lock(self, engine_dir: Path) -> KeyLock:
         """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
 
         Lock files live under ``.locks`` with the others and are never deleted: removing
@@ -486,71 +558,74 @@ class ModelCache:
         """
         return self._folder_lock(engine_dir)
 
-    def _folder_lock(self, folder: Path) -> _KeyLock:
+    def _folder_lock(self, folder: Path) -> KeyLock:
         """The lock of a derived folder under the cache root, named by its path there
         (``tensorrt-<gpu>-<key>-<settings>.lock``, ``openvino-<cpu>-<key>.lock``)."""
         name = "-".join(folder.relative_to(self.root).parts) + ".lock"
-        return _KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
+        return KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
 
-    def _made(self, folder: Path) -> Path:
+    def _derived(self, folder: Path, kind: str) -> Path | None:
+        """``folder`` made (and marked) on demand, or None where what is there is not the
+        library's: derived folders have their unrecorded files deleted, so a user's folder
+        or a link must never be handed to a runtime as one."""
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            made = make_owned_dir(self.root, folder, kind)
         except OSError as err:
             raise _unwritable(self.root, err) from err
-        return folder
+        if made is None:
+            logger.warning(
+                "spacy-accelerate: not using %s for %s: it is a link, or a folder that "
+                "spacy-accelerate did not make; it is left as it is.",
+                folder,
+                kind,
+            )
+        return made
 
     def _device_dirs(self, kind: str = ENGINE_DIR) -> list[Path]:
         """The per-device folders under ``kind`` (TensorRT's GPUs, OpenVINO's CPUs)."""
         base = self.root / kind
-        try:
-            return sorted(path for path in base.iterdir() if path.is_dir())
-        except OSError:
-            return []
+        return real_subdirs(base) if is_real_dir(self.root) else []
 
     def _remove_engines(self, key: str) -> None:
         """Remove the engines of ``key`` on every device, each under its lock."""
         for device in self._device_dirs():
             folder = device / key
-            if not folder.is_dir():
-                continue
-            for engines in sorted(folder.iterdir()):
-                with self.engine_lock(engines):
-                    _remove_path(engines)
-            _remove_if_empty(folder)  # an engine made meanwhile stays, for its entry's next build
+            for engines in real_subdirs(folder):
+                if is_marked(engines):
+                    with self.engine_lock(engines):
+                        remove_tree(engines)
+            remove_if_empty(folder)  # an engine made meanwhile stays, for its entry's next build
 
     def _remove_compiled(self, key: str) -> None:
         """Remove OpenVINO's blobs of ``key`` for every CPU, each under its lock."""
         for cpu in self._device_dirs(COMPILED_DIR):
             folder = cpu / key
-            if folder.is_dir():
+            if _is_own_blob_dir(folder):
                 with self.compiled_lock(folder):
-                    _remove_path(folder)
+                    remove_tree(folder)
 
     def _clear_compiled(self) -> None:
-        """Remove every key's blobs (keys without an entry included), each under its lock,
-        and anything else under ``openvino/`` (blobs of the layout before per-key folders).
+        """Remove every key's blobs (keys without an entry included), each under its lock.
         A folder a build makes meanwhile stays, as with engines."""
         base = self.root / COMPILED_DIR
-        for cpu in sorted(base.glob("*")):
-            children = sorted(cpu.iterdir()) if cpu.is_dir() else [cpu]
-            for child in children:
-                if child.is_dir() and _KEY_PATTERN.fullmatch(child.name):
+        for cpu in self._device_dirs(COMPILED_DIR):
+            for child in real_subdirs(cpu):
+                if _KEY_PATTERN.fullmatch(child.name) and _is_own_blob_dir(child):
                     with self.compiled_lock(child):
-                        _remove_path(child)
-                else:
-                    _remove_path(child)
-            _remove_if_empty(cpu)
-        _remove_if_empty(base)
+                        remove_tree(child)
+            remove_if_empty(cpu)
+        remove_if_empty(base)
 
     def _clear_engines(self) -> None:
         """Remove the engines of every key, and the timing caches; nothing else."""
         for device in self._device_dirs():
-            for child in sorted(device.iterdir()):
+            for child in real_subdirs(device):
                 if _KEY_PATTERN.fullmatch(child.name):
                     self._remove_engines(child.name)
-            _remove_path(device / "timing")
-            _remove_if_empty(device)
-            _remove_if_empty(device.parent)
+            if is_marked(device / "timing"):
+                remove_tree(device / "timing")
+            remove_if_empty(device)
+        remove_if_empty(self.root / ENGINE_DIR)
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included."""
@@ -573,25 +648,27 @@ class ModelCache:
         except (TypeError, ValueError) as err:
             raise TypeError(f"key_inputs must be JSON-serialisable: {err}") from None
 
-    def _peek(self, key: str) -> CacheEntry | None:
-        """Lock-free fast path: a complete entry cannot change under us, since writes rename.
-
-        A corrupt entry is only reported here; it is decided again under the lock.
-        """
-        return self._verified(key, evict=False)
-
-    def _lookup_locked(self, key: str) -> CacheEntry | None:
-        return self._verified(key, evict=True)
-
-    def _verified(self, key: str, *, evict: bool) -> CacheEntry | None:
+    def _verified(
+        self, key: str, required: Iterable[str] = (), *, evict: bool
+    ) -> CacheEntry | None:
+        """The verified entry, or None. A corrupt one is evicted when ``evict`` (the caller
+        holds the key's lock), and only reported otherwise: the lock-free path of a hit
+        decides nothing, since a complete entry cannot change under it (writes rename)."""
         folder = self.root / key
         if not os.path.lexists(folder):
             return None
         try:
-            return _verify(folder, key)
+            return _verify(folder, key, required)
         except _CorruptEntry as why:
             if evict:
-                self._remove_entry_locked(key)
+                if not self._remove_entry_locked(key) and os.path.lexists(folder):
+                    logger.warning(
+                        "Model cache entry %s is not valid (%s) and was not made by "
+                        "spacy-accelerate, so it is left alone and not served.",
+                        folder,
+                        why,
+                    )
+                    return None
                 logger.warning(
                     "Evicted corrupt model cache entry %s (%s); it will be rebuilt when next "
                     "needed.",
@@ -601,33 +678,41 @@ class ModelCache:
             return None
 
     def _remove_entry_locked(self, key: str) -> bool:
-        """Rename away first so no reader ever sees a half-deleted entry."""
+        """Remove the library's folder at ``key``'s place; True if there was one. Renamed
+        away first so no reader ever sees a half-deleted entry."""
         folder = self.root / key
-        if not os.path.lexists(folder):
+        if not _is_own_entry(folder, key):
+            remove_if_empty(folder)  # an empty folder holds nothing of anyone's
             return False
         trash = self.root / f"{_TMP_PREFIX}{key}-evicted-{secrets.token_hex(4)}"
         try:
             os.rename(folder, trash)
         except OSError:
-            _remove_path(folder)
+            remove_tree(folder)
             return True
-        _remove_path(trash)
+        remove_tree(trash)
         return True
 
     def _build_locked(
         self, key: str, inputs_json: Any, build: Callable[[Path], Mapping[str, Any] | None]
     ) -> CacheEntry:
+        target = self.root / key
+        if os.path.lexists(target):
+            raise CacheError(
+                f"cannot store the model at {target}: something there was not made by "
+                "spacy-accelerate. Move it away, or set cache_dir= (or the "
+                f"{CACHE_ENV_VAR} environment variable) to another folder."
+            )
         tmp = self._make_temp_dir(key)
         try:
             built = build(tmp)
             manifest = self._write_manifest(tmp, key, inputs_json, built)
-            target = self.root / key
             try:
                 os.rename(tmp, target)
             except OSError as err:
                 raise _unwritable(self.root, err) from err
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             raise
         return CacheEntry(key=key, path=target, manifest=manifest)
 
@@ -646,10 +731,13 @@ class ModelCache:
         if built:  # what the builder chose (an int8 quantization plan, say)
             manifest["built"] = dict(built)
         data = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
-        with open(folder / MANIFEST_NAME, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(folder / MANIFEST_NAME, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            raise _unwritable(folder.parent, err) from err
         return manifest
 
     def _make_temp_dir(self, key: str) -> Path:
@@ -657,7 +745,9 @@ class ModelCache:
         tmp = self.root / f"{_TMP_PREFIX}{key}-{secrets.token_hex(8)}"
         try:
             tmp.mkdir()
+            write_mark(tmp, "entry")
         except OSError as err:
+            remove_tree(tmp)
             raise _unwritable(self.root, err) from err
         return tmp
 
@@ -667,8 +757,8 @@ class ModelCache:
         except OSError as err:
             raise _unwritable(self.root, err) from err
 
-    def _lock(self, key: str) -> _KeyLock:
-        return _KeyLock(self.root / _LOCK_DIR / f"{key}.lock", self.lock_timeout, self.root)
+    def _lock(self, key: str) -> KeyLock:
+        return KeyLock(self.root / _LOCK_DIR / f"{key}.lock", self.lock_timeout, self.root)
 
     def _entry_keys(self) -> list[str]:
         try:
@@ -678,60 +768,45 @@ class ModelCache:
         return sorted(name for name in names if _KEY_PATTERN.fullmatch(name))
 
     def _temp_dirs(self) -> list[Path]:
+        """The leftovers of builds and evictions: named after a key, real folders."""
         try:
             names = os.listdir(self.root)
         except OSError:
             return []
-        return [self.root / name for name in sorted(names) if name.startswith(_TMP_PREFIX)]
+        return [
+            self.root / name
+            for name in sorted(names)
+            if _key_of_temp(name) is not None and is_real_dir(self.root / name)
+        ]
 
     def _remove_temp_dirs_of(self, key: str) -> None:
         """Caller holds ``key``'s lock, so no build can be writing into these."""
         for path in self._temp_dirs():
             if _key_of_temp(path.name) == key:
-                _remove_path(path)
+                _remove_own_temp(path)
 
     def _sweep_temp_dirs(self, locked_key: str) -> None:
         """Remove crashed builds' leftovers, for other keys only if their lock is free now."""
         for path in self._temp_dirs():
             temp_key = _key_of_temp(path.name)
-            if temp_key is None:
-                continue  # not ours to judge; clear() removes it
             if temp_key == locked_key:
-                _remove_path(path)
+                _remove_own_temp(path)
                 continue
-            lock = filelock.FileLock(str(self.root / _LOCK_DIR / f"{temp_key}.lock"))
-            try:
-                lock.acquire(blocking=False)
-            except (filelock.Timeout, OSError):
+            lock = self._lock(str(temp_key))
+            if not lock.try_acquire():
                 continue  # a live build holds it, or we cannot tell: leave it alone
             try:
-                _remove_path(path)
+                _remove_own_temp(path)
             finally:
                 lock.release()
 
 
-class _KeyLock:
-    """Per-key inter-process lock that reports failures as :class:`CacheError`."""
-
-    def __init__(self, path: Path, timeout: float, root: Path) -> None:
-        self._path = path
-        self._timeout = timeout
-        self._root = root
-        self._lock = filelock.FileLock(str(path), timeout=timeout)
-
-    def __enter__(self) -> _KeyLock:
-        try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock.acquire()
-        except filelock.Timeout:
-            raise CacheError(
-                f"timed out after {self._timeout:g} s waiting for the cache lock {self._path}; "
-                "another process is still building this model. Wait for it, or pass a larger "
-                "lock_timeout"
-            ) from None
-        except OSError as err:
-            raise _unwritable(self._root, err) from err
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._lock.release()
+def _is_own_blob_dir(folder: Path) -> bool:
+    """OpenVINO's blob folder of a key, made by the library: marked, or (folders of the
+    release before the mark) holding the library's record of its blobs."""
+    if is_marked(folder):
+        return True
+    try:
+        return is_real_dir(folder) and stat.S_ISREG((folder / "blobs.json").lstat().st_mode)
+    except OSError:
+        return False

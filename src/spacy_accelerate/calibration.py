@@ -24,13 +24,14 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .architectures.spec import EncoderSpec
-from .config import OptimizeConfig
+from .config import OptimizeConfig, texts_digest
 from .encoder_inputs import EncoderInputs
 from .errors import AgreementError, InvalidOptionError
-from .patch import patch, revert
+from .patch import scoped
 from .proxy import ALL_LAYERS_KWARG, make_proxy
 from .shim import ShimLocation
 from .validate import transformer_components
+from .verification import PROBE_TEXTS
 
 #: Rows per calibration item: small batches give the quantizer many samples.
 ROWS_PER_ITEM = 8
@@ -46,14 +47,6 @@ def builtin_texts() -> list[str]:
     """The built-in calibration sample (UD English-EWT dev, see ``data/README.md``)."""
     text = resources.files("spacy_accelerate").joinpath("data/calibration_ewt_dev.txt")
     return [line for line in text.read_text(encoding="utf8").splitlines() if line.strip()]
-
-
-def texts_digest(texts: Sequence[str]) -> str:
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode("utf8"))
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -92,20 +85,47 @@ class _Recorder(torch.nn.Module):
         return self.module(*args, **kwargs)
 
 
+def recorded_calls(
+    location: ShimLocation, spec: EncoderSpec, run: Callable[[], Any]
+) -> list[EncoderInputs]:
+    """The inputs of each call of the transformer at ``location`` while ``run()`` runs the
+    pipeline (on PyTorch, in this thread only: other threads keep the module they run)."""
+    recorder = _Recorder(location.pytorch_module, spec)
+    with torch.no_grad(), scoped(location, recorder):
+        run()
+    return [call for call in recorder.calls if call.input_ids.size]
+
+
 def record_calls(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str]
 ) -> tuple[list[EncoderInputs], tuple[Doc, ...]]:
     """Run ``nlp`` on PyTorch over ``texts``: the inputs of each call of the transformer at
     ``location``, as spaCy made them, and the documents."""
-    recorder = _Recorder(location.pytorch_module, spec)
-    current = location.shim._model
-    location.shim._model = recorder
-    try:
-        with torch.no_grad():
-            docs = tuple(nlp.pipe(texts, batch_size=32))
-    finally:
-        location.shim._model = current
-    return [call for call in recorder.calls if call.input_ids.size], docs
+    docs: list[Doc] = []
+    calls = recorded_calls(location, spec, lambda: docs.extend(nlp.pipe(texts, batch_size=32)))
+    return calls, tuple(docs)
+
+
+def record_probe(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec
+) -> tuple[EncoderInputs, ...]:
+    """The inputs the transformer at ``location`` receives for the built-in probe texts
+    (:data:`.verification.PROBE_TEXTS`): each is run through the pipeline's components up
+    to that transformer (on PyTorch, in this thread only; other threads keep annotating
+    with what they run)."""
+    names = nlp.component_names
+    upto = names[: names.index(location.component)]
+    before = [(name, nlp.get_pipe(name)) for name in upto if name not in nlp.disabled]
+    transformer = nlp.get_pipe(location.component)
+
+    def run() -> None:
+        for text in PROBE_TEXTS:
+            doc = nlp.make_doc(text)
+            for _name, component in before:
+                doc = component(doc)
+            transformer(doc)
+
+    return tuple(recorded_calls(location, spec, run))
 
 
 def record_calibration(
@@ -135,11 +155,15 @@ class CalibrationSource:
     nlp: Language
     location: ShimLocation
     spec: EncoderSpec
-    texts: tuple[str, ...]
+    #: None where only the texts' digest is known: a saved pipeline's own texts, which
+    #: were never written to disk. Its cache entry is found by the digest; building it
+    #: again needs the texts (:attr:`full` says so).
+    texts: tuple[str, ...] | None
+    known_digest: str | None = None
 
     @cached_property
     def digest(self) -> str:
-        return texts_digest(self.texts)
+        return texts_digest(self.texts) if self.texts is not None else str(self.known_digest)
 
     @cached_property
     def judged_by(self) -> str:
@@ -162,6 +186,15 @@ class CalibrationSource:
 
     @cached_property
     def full(self) -> Calibration:
+        if self.texts is None:
+            raise InvalidOptionError(
+                "This pipeline's int8 model was calibrated on texts of your own, which were "
+                "not saved with it (only their sha256), and its cache entry is not here, so "
+                "it cannot be calibrated again. Give the texts again when loading: "
+                "spacy.load(path, config={'nlp.after_pipeline_creation.calibration_texts': "
+                "[...]}), or optimize(nlp, 'openvino', 'int8', calibration_texts=[...]); "
+                "or copy the cache (SPACY_ACCELERATE_CACHE) from where it was built."
+            )
         return record_calibration(self.nlp, self.location, self.spec, self.texts)
 
 
@@ -185,7 +218,10 @@ def calibration_for(
     if not config.calibrated:
         return None
     if config.calibration_texts is None:
-        return CalibrationSource(nlp, location, spec, tuple(builtin_texts()))
+        builtin = tuple(builtin_texts())
+        if config.calibration_sha256 not in (None, texts_digest(builtin)):
+            return CalibrationSource(nlp, location, spec, None, config.calibration_sha256)
+        return CalibrationSource(nlp, location, spec, builtin)
     texts = tuple(config.calibration_texts)
     tokens = sum(len(nlp.make_doc(text)) for text in texts)
     if tokens < MIN_CALIBRATION_TOKENS:
@@ -233,16 +269,13 @@ def check_agreement(nlp: Language, calibration: Calibration, min_agreement: floa
 def agreement_judge(
     source: CalibrationSource, module: torch.nn.Module, min_agreement: float
 ) -> Callable[[Any, Any], None]:
-    """Judges a candidate session inside the pipeline: swapped in for one pass over the
-    calibration texts, then taken out again, whatever the verdict."""
+    """Judges a candidate session inside the pipeline: one pass over the calibration texts
+    with it in place of the transformer, in this thread only (other threads annotating
+    with the pipeline meanwhile never run a candidate)."""
 
     def judge(session: Any, exported: Any) -> None:
-        location = source.location
-        previous = location.module
-        patch(location, make_proxy(module, session, source.spec, exported))
-        try:
+        candidate = make_proxy(module, session, source.spec, exported)
+        with scoped(source.location, candidate):
             check_agreement(source.nlp, source.full, min_agreement)
-        finally:
-            revert(location, previous)
 
     return judge

@@ -136,6 +136,16 @@ def optimize(
         float | None,
         typer.Option(help="openvino int8: least share of tokens whose tags/entities must stay."),
     ] = None,
+    lock_timeout: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds to wait for another process building the model."),
+    ] = None,
+    missing_cache: Annotated[
+        str,
+        typer.Option(
+            help="What --output's pipeline does where its model is not cached: rebuild or pytorch."
+        ),
+    ] = "rebuild",
 ) -> None:
     """Build the pipeline's cache entries ahead of time (e.g. in a container image)."""
     from . import accelerate
@@ -151,6 +161,8 @@ def optimize(
             fallback=fallback,
             calibration_texts=_read_lines(calibration_file) if calibration_file else None,
             min_agreement=min_agreement,
+            lock_timeout=lock_timeout,
+            missing_cache=missing_cache,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
             typer.echo(

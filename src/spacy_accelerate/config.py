@@ -7,6 +7,8 @@ cache key is computed from exactly the values that shaped the exported file.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -14,10 +16,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from .cache_lock import DEFAULT_LOCK_TIMEOUT
+from .cpu_features import cpu_features
 from .errors import InvalidOptionError
 from .gate import Gate
 from .gpu_options import GpuOptions, parse_gpu_options
-from .quantize import DEFAULT_INT8_RECIPE, Int8Recipe
+from .quantize import DEFAULT_INT8_RECIPE, Int8Recipe, recipe_for
 
 
 class Provider(str, Enum):
@@ -37,6 +41,24 @@ class Precision(str, Enum):
     FP16 = "fp16"
     BF16 = "bf16"
     INT8 = "int8"
+
+
+class MissingCache(str, Enum):
+    """What a saved or pickled pipeline does where it loads and its cache entry is not
+    there: export it again from the pipeline's own weights, or run on PyTorch (with a
+    warning) instead of exporting at load time."""
+
+    REBUILD = "rebuild"
+    PYTORCH = "pytorch"
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """SHA256 of calibration texts: what is saved of them instead of the texts."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 #: The provider/precision pairs this release serves, in the order benchmarks list
@@ -140,11 +162,20 @@ class OptimizeConfig:
     int8: Int8Recipe = DEFAULT_INT8_RECIPE
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
-    #: OpenVINO int8's calibration texts (None: the built-in sample).
+    #: OpenVINO int8's calibration texts (None: the built-in sample, or only their
+    #: digest is known: a saved pipeline, whose texts were never written to disk).
     calibration_texts: tuple[str, ...] | None = None
     #: OpenVINO int8: the least share of calibration tokens whose tags and entities
     #: must stay as PyTorch's (None: ``DEFAULT_MIN_AGREEMENT``).
     min_agreement: float | None = None
+    #: The SHA256 (:func:`texts_digest`) and number of the calibration texts given, the
+    #: only things saved of them.
+    calibration_sha256: str | None = None
+    calibration_count: int | None = None
+    #: Seconds to wait for another process building the same model.
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    #: What a saved or pickled pipeline does where its cache entry is missing.
+    missing_cache: MissingCache = MissingCache.REBUILD
 
     @property
     def agreement_bound(self) -> float:
@@ -221,6 +252,8 @@ def build_config(
     gpu: GpuOptions | Mapping[str, Any] | None = None,
     calibration_texts: Sequence[str] | None = None,
     min_agreement: float | None = None,
+    lock_timeout: float | None = None,
+    missing_cache: str | MissingCache = MissingCache.REBUILD,
 ) -> OptimizeConfig:
     """Validate the user's options; ``provider`` may still be ``auto`` here.
 
@@ -252,10 +285,21 @@ def build_config(
         )
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
+    if lock_timeout is not None and not (
+        isinstance(lock_timeout, int | float)
+        and not isinstance(lock_timeout, bool)
+        and lock_timeout >= 0
+        and math.isfinite(lock_timeout)
+    ):
+        raise InvalidOptionError(
+            f"lock_timeout must be a number of seconds (0 or more), got {lock_timeout!r}; "
+            f"the default is {DEFAULT_LOCK_TIMEOUT:g}."
+        )
     gpu_options = parse_gpu_options(gpu, device_id=device_id)
     problem = check_gpu_options(parsed_provider, gpu_options)
     if problem is not None:
         raise InvalidOptionError(problem)
+    texts = _parse_texts(calibration_texts)
     return OptimizeConfig(
         provider=parsed_provider,
         precision=parsed_precision,
@@ -265,10 +309,15 @@ def build_config(
         tolerance=float(tolerance) if tolerance is not None else None,
         min_cosine=float(min_cosine) if min_cosine is not None else None,
         intra_op_threads=threads if threads is not None else _default_threads(),
+        int8=recipe_for(cpu_features()),
         gpu=gpu_options,
         fallback=bool(fallback),
-        calibration_texts=_parse_texts(calibration_texts),
+        calibration_texts=texts,
         min_agreement=float(min_agreement) if min_agreement is not None else None,
+        calibration_sha256=texts_digest(texts) if texts is not None else None,
+        calibration_count=len(texts) if texts is not None else None,
+        lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
+        missing_cache=_parse_enum(MissingCache, missing_cache, "missing_cache"),
     )
 
 

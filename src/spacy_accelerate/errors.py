@@ -38,6 +38,18 @@ class CacheError(SpacyAccelerateError, OSError):
     """The model cache cannot be read or written."""
 
 
+class CacheMissError(CacheError):
+    """A saved or pickled pipeline's model is not cached where it loads, and it was saved
+    with ``missing_cache="pytorch"``: it runs on PyTorch instead of exporting there."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"No cached model {key[:12]} here, and this pipeline was saved with "
+            "missing_cache='pytorch', so it is not exported at load time."
+        )
+        self.key = key
+
+
 class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
     """A training call reached an accelerated (inference-only) transformer."""
 

@@ -6,38 +6,50 @@ calibrates and quantizes it under accuracy control) and proves parity
 *before* the cache entry is committed, so a model that fails the gate is
 never stored. A hit is verified against its manifest by
 the cache and, unless ``verify=False``, against the live PyTorch module.
+
+Everything that decides a verdict is in the key (the gate of a plan search, the rows it
+is checked on, the CPU's int8 kernels), so a request gets the verdict a cold cache would
+give it. A hit that still fails its re-check here (an entry tampered with, or a runtime
+that computes differently than the one it was proven on) is rebuilt under its key, never
+served, and never an error that only clearing the cache would end.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .architectures import DetectedEncoder
+from .architectures import DetectedEncoder, detect_architecture
 from .buckets import DEFAULT_MAX_BATCH, BucketPlan
-from .cache import CacheEntry, ModelCache
-from .config import OptimizeConfig, Precision, Provider
-from .errors import AccuracyError, CacheError
+from .cache import CacheEntry, CacheResult, ModelCache
+from .cache_location import saved_cache_dir, search_order
+from .config import MissingCache, OptimizeConfig, Precision, Provider
+from .cpu_features import cpu_features
+from .encoder_inputs import EncoderInputs
+from .errors import AccuracyError, CacheError, CacheMissError, ConversionError
 from .export import MODEL_FILE, GraphPlan, export_onnx, graph_plan, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
 from .openvino_quantize import quantize_within_gate as quantize_for_openvino
 from .openvino_runtime import IR_FILE, convert_to_ir, openvino_key
-from .parity import ParityReport, check_parity
+from .parity import ParityReport, check_parity, reference_outputs
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider
 from .quantize import quantize_int8
 from .runtime import EncoderSession
 from .session_layout import open_session, session_layout
 from .spot_check import SPOT_CHECK_FILE, load_spot_check, save_spot_check, spot_check_gate
+from .verification import Verification
 
 if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
     from .calibration import CalibrationSource
@@ -62,13 +74,16 @@ class ExportedModel:
     plan: str | None = None
     #: The other int8 plans tried when the entry was built, and why each was refused.
     refused: tuple[str, ...] = ()
+    #: The rows the model was checked on (part of its key): a pipeline unpickled where
+    #: the entry is gone builds it again with them.
+    verification: Verification | None = None
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
     """The parity report the entry was stored with; empty when it cannot be read."""
     try:
         report = json.loads(entry.file(PARITY_FILE).read_text())
-    except (ValueError, OSError):
+    except (ValueError, OSError):  # CacheError is an OSError
         return {}
     return report if isinstance(report, dict) else {}
 
@@ -86,7 +101,8 @@ def _quantize_within_gate(
     config: OptimizeConfig,
     provider: ResolvedProvider,
     *,
-    window: int,
+    batches: list[EncoderInputs],
+    references: list[list[Any]],
     gate: Gate,
     layout: SessionLayout,
 ) -> tuple[EncoderSession, ParityReport]:
@@ -101,7 +117,9 @@ def _quantize_within_gate(
         kept = quantize_int8(float_model, path, spec, config.int8, plan)
         session = EncoderSession(path, provider, config, layout)
         try:
-            report = check_parity(module, detected, session, window=window, gate=gate)
+            report = check_parity(
+                module, detected, session, gate=gate, batches=batches, references=references
+            )
         except AccuracyError as error:
             refused.append(f"{plan.value} kept float ({kept} MatMuls): {error}")
             continue
@@ -114,6 +132,32 @@ def _quantize_within_gate(
         "pipeline is unchanged. Use precision='fp32', or lower min_cosine if less accuracy is "
         "enough for you. Plans tried: " + " | ".join(refused)
     )
+
+
+class References:
+    """PyTorch's outputs for the rows a model is checked on, each batch computed once.
+
+    Computed with the transformer's layer to this thread alone (``exclusive``): another
+    thread annotating on the same PyTorch module puts it back in train mode after every
+    batch (thinc does), and a reference computed meanwhile would run with dropout."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        detected: DetectedEncoder,
+        exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
+        self._module, self._detected, self._exclusive = module, detected, exclusive
+        self._known: dict[int, tuple[EncoderInputs, list[Any]]] = {}
+
+    def of(self, batches: Sequence[EncoderInputs]) -> list[list[Any]]:
+        missing = [batch for batch in batches if id(batch) not in self._known]
+        if missing:
+            with self._exclusive():
+                for batch in missing:
+                    outputs = reference_outputs(self._module, self._detected, batch)
+                    self._known[id(batch)] = (batch, outputs)
+        return [self._known[id(batch)][1] for batch in batches]
 
 
 #: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
@@ -129,14 +173,23 @@ def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], N
 
 
 def _export_options(
-    config: OptimizeConfig, calibration: CalibrationSource | None = None
+    config: OptimizeConfig,
+    spec: Any,
+    verification: Verification,
+    calibration: CalibrationSource | None = None,
 ) -> dict[str, Any]:
-    """The key's export options; OpenVINO's IR also depends on OpenVINO's release and on
-    what this CPU can do, and a calibrated int8 model on its calibration texts and on the
-    bounds its plan was chosen under."""
+    """The key's export options: what shapes the served file, and what decides whether it
+    is served (the rows it is checked on and, where a plan is searched, the gate and what
+    the CPU's int8 kernels compute). OpenVINO's IR also depends on OpenVINO's release and
+    on what this CPU can do, and a calibrated int8 model on its calibration texts and on
+    the bounds its plan was chosen under."""
     options = config.export_options()
+    options["verified_on_sha256"] = verification.digest(spec)
     if config.provider is Provider.OPENVINO:
         options["openvino"] = openvino_key(config.precision)
+    elif config.precision is Precision.INT8:  # ONNX Runtime's plan ladder (see quantize)
+        options["plan_gate"] = {"min_cosine": config.gate().min_cosine}
+        options["cpu_int8_kernels"] = list(cpu_features().int8_kernels)
     if calibration is not None:
         options["calibration_sha256"] = calibration.digest
         options["judged_by_sha256"] = calibration.judged_by
@@ -152,6 +205,13 @@ def _model_file(provider: Provider) -> str:
     return IR_FILE if provider is Provider.OPENVINO else MODEL_FILE
 
 
+def _required_files(config: OptimizeConfig) -> tuple[str, ...]:
+    """The files an entry must hold to be served for ``config``: a manifest without them
+    (tampered with, or written by a build that was changed since) is rebuilt."""
+    files = (_model_file(config.provider), PARITY_FILE)
+    return (*files, SPOT_CHECK_FILE) if config.calibrated else files
+
+
 def _to_served_format(path: Path, provider: Provider) -> Path:
     """The exported ONNX file in the format ``provider`` loads: OpenVINO's IR is stored
     instead of the ONNX file (converting costs seconds on every load)."""
@@ -160,6 +220,59 @@ def _to_served_format(path: Path, provider: Provider) -> Path:
     ir = convert_to_ir(path, path.parent)
     path.unlink()
     return ir
+
+
+#: The errno values that mean the cache's disk cannot take the model.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """Why writing failed, when ``error`` (or what caused it) is a full disk, a quota, a
+    file-size limit or a read-only filesystem; None for any other failure. Runtimes that
+    write from C++ report it only in their message, so the message is read too."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
+            return cause.strerror or os.strerror(cause.errno)
+        text = str(cause)
+        for code in _STORAGE_ERRNOS:
+            if os.strerror(code) in text:
+                return os.strerror(code)
+    return None
+
+
+def _stored_as_cache_errors(build: Callable[[Path], Any], root: Path) -> Callable[[Path], Any]:
+    """``build``, with a failure to write its files reported as what it is: a cache whose
+    disk is full (or read-only), not an export bug to report."""
+
+    def storing(folder: Path) -> Any:
+        try:
+            return build(folder)
+        except BaseException as error:
+            reason = storage_failure(error)
+            if reason is None:
+                raise
+            raise CacheError(
+                f"The model cache at {root} could not take the exported model ({reason}). "
+                "Free space there, or set cache_dir= (or the SPACY_ACCELERATE_CACHE "
+                "environment variable) to a folder with room; nothing was stored and the "
+                "pipeline is unchanged."
+            ) from error
+
+    return storing
+
+
+class _EntryGone(Exception):
+    """Internal: the entry was removed (``clear_cache`` in another process, say) between
+    its verification and its opening."""
 
 
 def get_or_export(
@@ -173,27 +286,40 @@ def get_or_export(
     buckets: BucketPlan | None = None,
     calibration: CalibrationSource | None = None,
     judge: Judge | None = None,
+    verification: Verification | None = None,
+    build_allowed: bool = True,
+    exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[EncoderSession, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
-    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone). A
+    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
+    ``verification``: the rows the model is checked on (by default random and control
+    ids only; ``optimize()`` adds the pipeline's own inputs on built-in text). A
     calibrated model is built on all its ``calibration`` and ``judge``d in the pipeline;
     a cached one was, under the same texts and bounds (they are in the key), so a warm
     start only spot-checks its token cosine on the first calibration items, stored in
-    the entry (no pipeline run).
+    the entry (no pipeline run). Where ``build_allowed`` is false (a saved pipeline told
+    not to export where it loads), a missing entry raises :class:`CacheMissError`.
+    ``exclusive`` gives the PyTorch module to this thread alone while its reference
+    outputs are computed (see :class:`References`).
     """
     start = time.perf_counter()
     spec = detected.spec
     if buckets is None:
         buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
-    inputs = key_inputs(module, spec, _export_options(config, calibration))
+    verification = verification or Verification(window=window)
+    batches = verification.batches(spec)
+    inputs = key_inputs(module, spec, _export_options(config, spec, verification, calibration))
     key = cache_key(inputs)
     layout = session_layout(config, spec, buckets, cache, key)
+    required = _required_files(config)
     built: list[tuple[EncoderSession, ParityReport]] = []
-
     gate = config.gate()
+    references = References(module, detected, exclusive)
 
     def build(folder: Path) -> dict[str, Any]:
+        if not build_allowed:
+            raise CacheMissError(key)
         path = folder / MODEL_FILE
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
@@ -207,52 +333,111 @@ def get_or_export(
                 path,
                 module,
                 detected,
-                window=window,
                 gate=gate,
                 calibration=calibration.full,
+                references=references.of(calibration.full.items),
                 # Candidates keep no compiled blobs: all but one are thrown away.
                 open_session=lambda model: open_session(model, provider, config, layout, None),
                 judge=_provisional(judge, key, folder),
             )
         elif config.precision is Precision.INT8:
             session, report = _quantize_within_gate(
-                path, module, detected, config, provider, window=window, gate=gate, layout=layout
+                path,
+                module,
+                detected,
+                config,
+                provider,
+                batches=batches,
+                references=references.of(batches),
+                gate=gate,
+                layout=layout,
             )
         else:
             optimize_graph(path, spec, graph_plan(config.provider, config.precision))
             path = _to_served_format(path, config.provider)
             session = open_session(path, provider, config, layout, cache)
-            report = check_parity(module, detected, session, window=window, gate=gate)
+            report = check_parity(
+                module,
+                detected,
+                session,
+                gate=gate,
+                batches=batches,
+                references=references.of(batches),
+            )
         recorded = report.as_dict()
         if calibration is not None:
             spot = save_spot_check(calibration.full.items, folder)
             measured = check_parity(
-                module, detected, session, window=window, gate=Gate(), batches=spot
+                module, detected, session, gate=Gate(), batches=spot, references=references.of(spot)
             )
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         built.append((session, report))
         return {"plan": report.plan, "refused": list(report.refused)} if report.plan else {}
 
-    result = cache.get_or_build(key, inputs, build)
+    storing = _stored_as_cache_errors(build, cache.root)
+
+    def serve(result: CacheResult) -> tuple[EncoderSession, ParityReport | None]:
+        """The session over ``result``'s entry; a hit opened and re-checked as asked."""
+        if not result.hit:
+            return built[-1]
+        entry = result.entry
+        try:
+            session = open_session(
+                entry.file(_model_file(config.provider)), provider, config, layout, cache
+            )
+        except Exception as error:
+            if cache.lookup(key, required) != entry:
+                raise _EntryGone from error
+            raise
+        if not (config.verify or not _recorded_report_meets(entry, gate)):
+            return session, None
+        # A hit is checked again unless told not to; and always when it was stored under
+        # a looser gate than this call asks for.
+        checked_batches, checked = batches, gate
+        if calibration is not None:
+            try:
+                checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
+            except OSError as error:
+                raise _EntryGone from error
+            checked = spot_check_gate(gate, _recorded(entry).get("spot_check_mean_cosine"))
+        parity = check_parity(
+            module,
+            detected,
+            session,
+            gate=checked,
+            batches=checked_batches,
+            references=references.of(checked_batches),
+        )
+        return session, parity
+
+    result = cache.get_or_build(key, inputs, storing, required)
+    for attempt in (1, 2):
+        try:
+            session, parity = serve(result)
+            break
+        except _EntryGone:
+            if attempt == 2:
+                raise CacheError(
+                    f"The cached model {key[:12]} under {cache.root} was removed twice while "
+                    "it was being opened (is another process clearing the cache in a loop?). "
+                    "Try again once it has finished."
+                ) from None
+            logger.info("spacy-accelerate: cache entry %s went away; getting it again", key[:12])
+            result = cache.get_or_build(key, inputs, storing, required)
+        except (AccuracyError, ConversionError) as refusal:
+            if not result.hit or attempt == 2:
+                raise
+            logger.warning(
+                "spacy-accelerate: the cached model %s does not compute here what it was "
+                "proven to (%s); it is rebuilt.",
+                result.entry.path,
+                refusal,
+            )
+            result = cache.rebuild(result.entry, inputs, storing, required)
     built_with = result.entry.manifest.get("built") or {}
     plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
-    if built:
-        session, parity = built[0]
-    else:
-        model = result.entry.file(_model_file(config.provider))
-        session, parity = open_session(model, provider, config, layout, cache), None
-    if parity is None and (config.verify or not _recorded_report_meets(result.entry, gate)):
-        # A hit is checked again unless told not to; and always when it was
-        # stored under a looser gate than this call asks for.
-        batches, checked = None, gate
-        if calibration is not None:
-            batches = load_spot_check(result.entry.file(SPOT_CHECK_FILE))
-            checked = spot_check_gate(gate, _recorded(result.entry).get("spot_check_mean_cosine"))
-        parity = check_parity(
-            module, detected, session, window=window, gate=checked, batches=batches
-        )
-        # A hit serves the plan it was built with.
+    if parity is not None and result.hit:  # a hit serves the plan it was built with
         parity = replace(parity, plan=plan, refused=refused)
     exported = ExportedModel(
         key=key,
@@ -262,6 +447,7 @@ def get_or_export(
         parity=parity,
         plan=plan,
         refused=refused,
+        verification=verification,
     )
     logger.info(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",
@@ -277,22 +463,53 @@ def get_or_export(
     return session, exported
 
 
-def reopen_session(
+def reopen(
     exported: ExportedModel,
+    module: torch.nn.Module,
     provider: ResolvedProvider,
     config: OptimizeConfig,
     layout: SessionLayout,
-) -> EncoderSession:
-    """A new session over a model optimize() already verified (after pickling, say).
+) -> tuple[EncoderSession, ExportedModel] | None:
+    """A session over a model ``optimize()`` already verified, for a pipeline unpickled
+    (in a worker process, say). Its entry is looked up, and checked against its manifest,
+    in each folder of :func:`.cache_location.search_order`. Where none has it, the model
+    is built again from ``module``'s weights, or None is returned where
+    ``config.missing_cache`` says PyTorch (or where it cannot be built without the
+    pipeline: a calibrated int8 model)."""
+    required = _required_files(config)
+    detected = detect_architecture(module)
+    for root in search_order(exported.path.parent):
+        cache = ModelCache(root, lock_timeout=config.lock_timeout)
+        entry = cache.lookup(exported.key, required)
+        if entry is None:
+            continue
+        here = session_layout(config, detected.spec, layout.buckets, cache, entry.key)
+        try:
+            session = open_session(
+                entry.file(_model_file(config.provider)), provider, config, here, cache
+            )
+        except Exception:
+            if cache.lookup(exported.key, required) == entry:
+                raise
+            continue  # removed meanwhile (another process cleared the cache)
+        return session, replace(exported, path=entry.path)
+    if config.missing_cache is MissingCache.PYTORCH or config.calibrated:
+        return None
+    verification = exported.verification or Verification(window=DEFAULT_WINDOW)
+    cache = ModelCache(
+        saved_cache_dir(None, str(exported.path.parent)), lock_timeout=config.lock_timeout
+    )
+    return get_or_export(
+        module,
+        detected,
+        config,
+        provider,
+        cache,
+        window=verification.window,
+        buckets=layout.buckets,
+        verification=verification,
+    )
 
-    The entry is checked against its manifest again; if it has gone, the
-    pipeline must be optimized anew rather than run on something unverified.
-    """
-    cache = ModelCache(exported.path.parent)
-    entry = cache.lookup(exported.key)
-    if entry is None:
-        raise CacheError(
-            f"The cached model {exported.key[:12]} under {exported.path.parent} is missing or "
-            "damaged. Call spacy_accelerate.optimize(nlp) on this pipeline again to rebuild it."
-        )
-    return open_session(entry.file(_model_file(config.provider)), provider, config, layout, cache)
+
+#: The span window assumed for a model pickled before its checks were recorded.
+DEFAULT_WINDOW = 128

@@ -70,7 +70,7 @@ from .openvino_runtime import (
     float_part_hints,
     import_openvino,
 )
-from .parity import ParityReport, check_parity, reference_outputs
+from .parity import ParityReport, check_parity
 from .providers import import_runtime
 
 if TYPE_CHECKING:  # calibration imports the proxy, which imports this module
@@ -247,15 +247,16 @@ def quantize_within_gate(
     module: torch.nn.Module,
     detected: DetectedEncoder,
     *,
-    window: int,
     gate: Gate,
     calibration: Calibration,
+    references: list[list[Any]],
     open_session: Callable[[Path], Any],
     judge: Callable[[Any], None] | None = None,
 ) -> tuple[Any, ParityReport]:
     """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
     plan with the fewest float layers that passes ``gate`` and ``judge`` (the pipeline's
-    agreement); then the ONNX file and every other candidate are removed (on a refusal
+    agreement), judged against ``references`` (PyTorch's outputs on the calibration
+    items); then the ONNX file and every other candidate are removed (on a refusal
     the cache removes the whole build folder)."""
     ov, nncf = import_openvino(), import_nncf()
     float_model = ov.convert_model(str(onnx_path))
@@ -275,7 +276,6 @@ def quantize_within_gate(
             "precision='bf16' or provider='cpu' meanwhile."
         )
     items = calibration.items
-    references = [reference_outputs(module, detected, item) for item in items]
     folder = onnx_path.parent
     refused: list[str] = []
 
@@ -325,7 +325,6 @@ def quantize_within_gate(
             module,
             detected,
             session,
-            window=window,
             gate=Gate(),
             batches=items,
             references=references,

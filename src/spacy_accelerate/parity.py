@@ -1,7 +1,8 @@
 """The accuracy gate: prove the exported model matches the PyTorch module before serving it.
 
-Both run on one padded batch of mixed lengths (the way spaCy calls the
-transformer); every output is compared at the positions spaCy keeps
+Both run on padded batches of mixed lengths (the way spaCy calls the
+transformer: see :mod:`.verification` for which rows); every output is compared at the
+positions spaCy keeps
 (padding is stripped by spaCy). fp32 must match within an absolute
 tolerance; a reduced precision must keep every token's hidden state
 pointing the same way (cosine similarity). A failure refuses the model with
@@ -82,23 +83,6 @@ class ParityReport:
     def per_output(self) -> str:
         rows = zip(self.outputs, self.max_abs_diff, self.min_cosine, strict=True)
         return ", ".join(f"{name}: abs {diff:.3g} cos {cos:.5f}" for name, diff, cos in rows)
-
-
-def verification_batch(spec: EncoderSpec, window: int, *, seed: int = 0) -> EncoderInputs:
-    """Random piece ids, padded with the encoder's own ``padding_idx``, rows of mixed lengths."""
-    longest = max(1, min(window, spec.model_max_length, spec.longest_input))
-    lengths = sorted({longest, max(1, (2 * longest) // 3), min(longest, 5), 1}, reverse=True)
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.full((len(lengths), longest), spec.padding_idx, dtype=torch.long)
-    for row, length in enumerate(lengths):
-        pieces = torch.randint(0, spec.vocab_size - 1, (length,), generator=generator)
-        # Shift ids at or above padding_idx up by one so no real piece is padding.
-        ids[row, :length] = pieces + (pieces >= spec.padding_idx).long()
-    # spaCy masks every padding_idx piece, wherever it stands (a piece encoder
-    # may emit it from text); a graph that assumes trailing padding must fail here.
-    if longest >= 4:
-        ids[0, longest // 2 : longest // 2 + 2] = spec.padding_idx
-    return EncoderInputs.from_ids(ids.numpy(), spec.padding_idx)
 
 
 def reference_outputs(
@@ -209,16 +193,18 @@ def check_parity(
     detected: DetectedEncoder,
     session: EncoderSession,
     *,
-    window: int,
     gate: Gate,
-    batches: Sequence[EncoderInputs] | None = None,
+    batches: Sequence[EncoderInputs],
     references: Sequence[list[np.ndarray]] | None = None,
 ) -> ParityReport:
-    """Compare ``session`` with ``module`` on ``batches`` (a calibrated model: its
-    calibration spans) or the random verification batch; raise when the gate is not met.
-    ``references``: the module's outputs for ``batches``, when already computed."""
+    """Compare ``session`` with ``module`` on ``batches`` (the rows of a
+    :class:`~.verification.Verification`, or a calibrated model's calibration spans); raise
+    when the gate is not met. ``references``: the module's outputs for ``batches``, when
+    already computed."""
     spec = detected.spec
-    chosen = list(batches) if batches else [verification_batch(spec, window)]
+    chosen = list(batches)
+    if not chosen:
+        raise ValueError("check_parity() needs at least one batch")
     if references is None:
         references = [reference_outputs(module, detected, inputs) for inputs in chosen]
     report = _merged(

@@ -5,6 +5,10 @@ wrapper's ``convert_inputs`` is wrapped so that every call tells the module
 whether the listeners read all layers. Passing the flag per call (instead of
 the proxy reading it from a layer it holds) keeps copies of the model
 (``Model.copy()``, ``copy.deepcopy``) correct: each copy's own layer decides.
+The flag goes only to an accelerated encoder, read from the shim in the same
+batch (:mod:`.swap` keeps the module fixed for a batch in flight), so a PyTorch
+module put back while another thread annotates never receives it; the wrapper
+and the guard therefore stay after ``restore()``, changing no result.
 The originals are kept on the proxy and the wrapper, so ``restore()`` needs no
 registry that could drift from the pipeline.
 """
@@ -17,8 +21,10 @@ from typing import Any
 
 import torch
 from thinc.api import Model
+from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
+from . import swap
 from .proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 from .shim import ShimLocation
 
@@ -30,24 +36,32 @@ CONVERT_INPUTS = "convert_inputs"
 
 @dataclass(frozen=True)
 class PassLayerFlag:
-    """A ``convert_inputs`` that also passes the wrapper's all-layers flag."""
+    """A ``convert_inputs`` that also passes the wrapper's all-layers flag to an
+    accelerated encoder."""
 
     inner: Callable[..., tuple[ArgsKwargs, Callable[..., Any]]]
 
     def __call__(self, model: Model, X: Any, is_train: bool) -> tuple[ArgsKwargs, Callable]:
         inputs, backprop = self.inner(model, X, is_train)
+        shims = [shim for shim in model.shims if isinstance(shim, PyTorchShim)]
+        if not shims or not isinstance(shims[0]._model, AcceleratedEncoder):
+            return inputs, backprop
         flag = bool(model.attrs.get(ALL_LAYERS_ATTR, True))
         kwargs = {**inputs.kwargs, ALL_LAYERS_KWARG: flag}
         return ArgsKwargs(args=inputs.args, kwargs=kwargs), backprop
 
 
-def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
-    # Only curated encoders take the flag; spacy-transformers' models read
-    # output_hidden_states from their own config.
-    convert = location.layer.attrs[CONVERT_INPUTS]
-    if isinstance(proxy, AcceleratedEncoder) and not isinstance(convert, PassLayerFlag):
+def guard(location: ShimLocation) -> None:
+    """Make ``location``'s layer safe to swap while other threads run it (idempotent)."""
+    swap.install(location.layer)
+    convert = location.layer.attrs.get(CONVERT_INPUTS)
+    if convert is not None and not isinstance(convert, PassLayerFlag):
         location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
-    location.shim._model = proxy
+
+
+def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
+    guard(location)
+    swap.swap(location.layer, proxy)
 
 
 def reads_all_layers(location: ShimLocation) -> bool:
@@ -64,15 +78,12 @@ def is_patched(location: ShimLocation) -> bool:
 
 
 def unpatch(location: ShimLocation) -> bool:
-    """Put the original module back; return whether there was anything to undo."""
-    convert = location.layer.attrs.get(CONVERT_INPUTS)
-    if isinstance(convert, PassLayerFlag):
-        location.layer.attrs[CONVERT_INPUTS] = convert.inner
+    """Put the original module back; return whether there was anything to undo. The guard
+    stays (:mod:`.swap`): it passes nothing to a PyTorch module and changes no result."""
     proxy = location.shim._model
-    if not isinstance(proxy, AcceleratedModule):
-        return False
-    location.shim._model = proxy.original
-    return True
+    if isinstance(proxy, AcceleratedModule):
+        swap.swap(location.layer, proxy.original)
+    return isinstance(proxy, AcceleratedModule)
 
 
 def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
@@ -81,3 +92,14 @@ def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
         patch(location, previous)
     else:
         unpatch(location)
+
+
+def scoped(location: ShimLocation, module: torch.nn.Module) -> Any:
+    """Run ``location``'s layer with ``module`` in this thread only (calibration, the
+    agreement gate): other threads keep the module they run."""
+    return swap.scoped(location.layer, module)
+
+
+def exclusive(location: ShimLocation) -> Any:
+    """Hold ``location``'s layer for this thread alone (no batch runs on it meanwhile)."""
+    return swap.exclusive(location.layer)

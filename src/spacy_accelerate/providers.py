@@ -21,6 +21,7 @@ from .config import (
     check_gpu_options,
     check_supported,
 )
+from .cpu_features import cpu_features
 from .errors import ProviderUnavailableError
 
 #: ONNX Runtime's name for each provider's execution provider.
@@ -56,14 +57,7 @@ OPENVINO_FIRST: frozenset[Precision] = frozenset({Precision.INT8, Precision.BF16
 
 def cpu_vendor() -> str:
     """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...), or "" if unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return cpu_features().vendor
 
 
 def cpu_order(precision: Precision, vendor: str) -> tuple[Provider, Provider]:

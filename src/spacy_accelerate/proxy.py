@@ -15,7 +15,9 @@ striding, tokenization, unpadding and listeners around it run unchanged:
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import singledispatch
 from typing import Any
 
@@ -27,13 +29,15 @@ from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .architectures.spec import POOLER_OUTPUT, EncoderSpec
-from .config import OptimizeConfig
+from .config import MissingCache, OptimizeConfig
 from .encoder_inputs import EncoderInputs
 from .errors import InferenceOnlyError, UnsupportedArchitectureError
-from .exported import ExportedModel, reopen_session
+from .exported import ExportedModel, reopen
 from .provider_options import SessionLayout
 from .providers import ResolvedProvider
 from .runtime import EncoderSession
+
+logger = logging.getLogger("spacy_accelerate")
 
 #: Keyword the patched ``convert_inputs`` adds: whether every layer is read.
 ALL_LAYERS_KWARG = "all_layer_outputs"
@@ -134,9 +138,11 @@ class AcceleratedModule(torch.nn.Module):
         return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A pickled proxy reopens its verified cache entry; sessions are never pickled.
+        # A pickled proxy reopens its verified cache entry; sessions are never pickled,
+        # and neither are calibration texts (their digest finds the entry).
+        config = replace(self.session.config, calibration_texts=None)
         state = (self.original, self.spec, self.exported, self.session.provider)
-        rebuild = (self.session.config, self.session.layout, self._rebuild_args())
+        rebuild = (config, self.session.layout, self._rebuild_args())
         return (_reopen, (type(self), *state, *rebuild))
 
     def extra_repr(self) -> str:
@@ -250,9 +256,25 @@ def _reopen(
     config: OptimizeConfig,
     layout: SessionLayout,
     extra: tuple[Any, ...],
-) -> AcceleratedModule:
-    session = reopen_session(exported, provider, config, layout)
-    return proxy_type(session, spec, original, exported, *extra)
+) -> torch.nn.Module:
+    """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
+    where ``missing_cache="pytorch"`` (or a calibrated model, which needs the pipeline to
+    be built), the PyTorch module itself, with a warning."""
+    reopened = reopen(exported, original, provider, config, layout)
+    if reopened is None:
+        logger.warning(
+            "spacy-accelerate: the cached %s model %s is not here and %s, so this "
+            "pipeline runs on PyTorch. Call spacy_accelerate.optimize(nlp) on it to "
+            "accelerate it again.",
+            config.precision.value,
+            exported.key[:12],
+            "its int8 calibration needs the whole pipeline"
+            if config.calibrated and config.missing_cache is not MissingCache.PYTORCH
+            else "missing_cache='pytorch' says not to export it at load time",
+        )
+        return original
+    session, found = reopened
+    return proxy_type(session, spec, original, found, *extra)
 
 
 @singledispatch
