@@ -42,7 +42,7 @@ from spacy.training import Example  # noqa: E402
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.baselines import Accelerated, Variant, available_variants  # noqa: E402
 from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
-from spacy_accelerate.errors import AccuracyError  # noqa: E402
+from spacy_accelerate.errors import AccuracyError, PrecisionUnavailableError  # noqa: E402
 from spacy_accelerate.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.samples import ewt  # noqa: E402
 from spacy_accelerate.samples.trained import load_benchmark_pipeline  # noqa: E402
@@ -110,10 +110,13 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
         warm = time.perf_counter() - start
     components = spacy_accelerate.accelerated_components(nlp).items()
     plans = {name: c.exported.plan for name, c in components if c.exported.plan is not None}
+    compiled = {n: c.exported.compiled_as for n, c in components if c.exported.compiled_as}
     refused = {name: list(c.exported.refused) for name, c in components if c.exported.refused}
     times: dict[str, Any] = {"cold_seconds": round(cold, 2), "warm_seconds": round(warm, 2)}
     if plans:
         times["plans"] = plans
+    if compiled:
+        times["compiled_as"] = compiled
     if refused:
         times["plans_refused"] = refused
     return times
@@ -141,8 +144,10 @@ def run_pipeline(
             continue
         try:
             timings[key] = optimize_times(nlp, variant)
-        except AccuracyError as error:  # the gate said no: reported, not run
-            refused[key] = str(error)
+        except (AccuracyError, PrecisionUnavailableError) as error:
+            # The gate said no, int8 was not faster than the float plan here, or this CPU
+            # has no bf16 units: reported, not run.
+            refused[key] = f"{type(error).__name__}: {error}"
             del others[key]
     report["refused"] = refused
     ner_only = [c.name for c in transformer_components(nlp)] + ["ner"]
@@ -256,6 +261,8 @@ def markdown(results: dict[str, Any]) -> str:
             optimized = row.get("optimize", {})
             for name, plan in optimized.get("plans", {}).items():
                 lines.append(f"\n{pipeline} / {variant}: plan served for {name!r}: {plan}")
+                if name in optimized.get("compiled_as", {}):
+                    lines.append(f"- compiled here as {optimized['compiled_as'][name]}")
                 for reason in optimized.get("plans_refused", {}).get(name, []):
                     lines.append(f"- refused: {reason}")
         for variant, reason in report.get("refused", {}).items():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import spacy
 from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, same_result
+from cpus import AMX_XEON, AVX2_EPYC, AVX512_EPYC, SIMULATED
 
 import spacy_accelerate
 from spacy_accelerate import (
@@ -20,17 +21,21 @@ from spacy_accelerate import (
     exported,
     openvino_quantize,
     openvino_runtime,
+    openvino_speed,
     session_layout,
 )
+from spacy_accelerate import cpu_features as cpu_features_module
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.benchmark import agreement
 from spacy_accelerate.cache import OWNER_MARK
 from spacy_accelerate.config import Precision, Provider
+from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
 from spacy_accelerate.doc_outputs import token_cosines
 from spacy_accelerate.encoder_inputs import EncoderInputs
 from spacy_accelerate.errors import (
     AccuracyError,
     InvalidOptionError,
+    NoFasterPlanError,
     PrecisionUnavailableError,
     ProviderUnavailableError,
 )
@@ -80,9 +85,11 @@ def test_texts_at_the_edges_give_what_pytorch_gives(
 def test_bf16_keeps_token_cosine(
     sample_path: Callable[[str], Path], texts: list[str], cache_dir: Path
 ):
-    if "BF16" not in openvino_runtime.cpu_capabilities():
-        pytest.skip("this CPU has no bf16 arithmetic; the refusal is tested below")
     nlp = spacy.load(sample_path("minilm"))
+    if not cpu_features().bf16:  # what this CPU's detection says it must do instead
+        with pytest.raises(PrecisionUnavailableError, match="AVX512_BF16 or AMX-BF16"):
+            spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
+        return
     expected = run(nlp, texts, batch_size=8)
     spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
@@ -98,9 +105,8 @@ def test_bf16_keeps_token_cosine(
 def test_bf16_is_refused_on_a_cpu_without_bf16(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
     nlp = spacy.load(sample_path("roberta"))
-    with pytest.raises(PrecisionUnavailableError, match="AVX512_BF16 or AMX-BF16"):
+    with simulated(AVX2_EPYC), pytest.raises(PrecisionUnavailableError, match="AMX-BF16"):
         spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
     assert not spacy_accelerate.is_optimized(nlp)
 
@@ -115,7 +121,7 @@ def test_bf16_falls_back_to_fp32_on_a_cpu_without_bf16_when_asked(
     provider: str,
 ):
     # A pipeline saved with fallback=True must load on a CPU without bf16, not fail there.
-    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
+    monkeypatch.setattr(cpu_features_module, "_simulated", [AVX2_EPYC])
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, provider, "bf16", cache_dir=cache_dir, fallback=True)
     session = spacy_accelerate.accelerated_components(nlp)["transformer"].session
@@ -229,10 +235,18 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     assert exported._export_options(config, spec, checks)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
     assert "int8_plans" not in key  # and by int8's plans
-    # An int8 entry chosen among other plans (here: dynamic int8 in other groups) is not reused.
-    plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
-    monkeypatch.setattr(openvino_runtime, "DYNAMIC_INT8_GROUP_SIZE", 64)
-    assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] != plans
+    # An int8 entry chosen among other plans (here: dynamic int8 in other groups, on a CPU
+    # that offers it) is not reused.
+    with simulated(AMX_XEON):
+        plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
+        monkeypatch.setattr(openvino_runtime, "DYNAMIC_INT8_GROUP_SIZE", 64)
+        assert openvino_runtime.openvino_key(Precision.INT8)["int8_plans"] != plans
+    # The CPU's int8 and bf16 instruction sets are part of the key (a decision made on
+    # one CPU, speed included, is not another's).
+    with simulated(AVX2_EPYC):
+        avx2 = openvino_runtime.openvino_key(Precision.INT8)
+    with simulated(AVX512_EPYC):
+        assert openvino_runtime.openvino_key(Precision.INT8)["cpu_kernels"] != avx2["cpu_kernels"]
     cpu = spacy_accelerate.config.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu, spec, checks)
 
@@ -256,32 +270,37 @@ _TINY_SPEC = EncoderSpec(
 def test_int8_float_layers_run_in_bf16_only_where_the_cpu_has_it(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "BF16"}))
-    assert openvino_runtime.precision_hint(Precision.INT8) == "bf16"
-    assert openvino_runtime.precision_hint(Precision.BF16) == "bf16"
-    assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "bf16"
-    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "INT8"}))
-    assert openvino_runtime.precision_hint(Precision.INT8) == "f32"
-    assert openvino_runtime.precision_hint(Precision.FP32) == "f32"
-    # A plan judged with its float layers in fp32 is another entry than one judged in bf16.
-    assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "f32"
+    with simulated(AMX_XEON):
+        assert openvino_runtime.precision_hint(Precision.INT8) == "bf16"
+        assert openvino_runtime.precision_hint(Precision.BF16) == "bf16"
+        in_bf16 = openvino_runtime.openvino_key(Precision.INT8)
+        assert in_bf16["int8_float_layers"] == "bf16"
+    with simulated(AVX2_EPYC):
+        assert openvino_runtime.precision_hint(Precision.INT8) == "f32"
+        assert openvino_runtime.precision_hint(Precision.FP32) == "f32"
+        # A plan judged with its float layers in fp32 is another entry than one in bf16.
+        assert openvino_runtime.openvino_key(Precision.INT8)["int8_float_layers"] == "f32"
 
 
 @pytest.mark.parametrize(
-    ("capabilities", "hints"),
-    [({"FP32", "BF16", "INT8"}, ("bf16", "f32")), ({"FP32", "INT8"}, ("f32",))],
+    ("cpu", "dynamic"),
+    [(AMX_XEON, ["f32"]), (AVX512_EPYC, ["f32"]), (AVX2_EPYC, [])],
+    ids=["amx-xeon", "avx512-epyc", "avx2-epyc"],
 )
-def test_dynamic_int8_tries_bf16_first_only_where_the_cpu_has_it(
-    monkeypatch: pytest.MonkeyPatch, capabilities: set[str], hints: tuple[str, ...]
+def test_dynamic_int8_is_tried_only_where_activations_are_quantized_at_run_time(
+    cpu: CpuFeatures, dynamic: list[str]
 ):
-    monkeypatch.setattr(openvino_runtime, "cpu_capabilities", lambda: frozenset(capabilities))
-    assert openvino_runtime.float_part_hints() == hints
+    # Dynamic int8 takes f32 input (under bf16 the CPU plugin decompresses the int8
+    # weights to bf16 and quantizes nothing) and VNNI; without them it is not a plan.
     group = openvino_runtime.DYNAMIC_INT8_GROUP_SIZE
-    # The key names each dynamic plan tried, in order: where bf16 comes first, an entry
-    # chosen by the fp32-only search is not reused.
-    plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
-    dynamic = [f"dynamic int8, groups of {group}, {hint}" for hint in hints]
-    assert plans == ["static int8", *dynamic, "float layers"]
+    with simulated(cpu):
+        assert list(openvino_runtime.dynamic_int8_hints(group)) == dynamic
+        # The key names each plan tried, and what speed it must beat: an entry chosen by
+        # another search is not reused.
+        plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
+        listed = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic]
+        baseline = "bf16" if cpu.bf16 else "fp32"
+        assert plans == ["static int8", *listed, "float layers", f"faster than {baseline}"]
 
 
 def test_openvino_missing_names_the_extra(
@@ -299,7 +318,7 @@ def test_openvino_missing_names_the_extra(
 
 
 def test_int8_that_changes_the_pipelines_annotations_is_refused(
-    sample_path: Callable[[str], Path], cache_dir: Path
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     # The tiny sample's untrained heads flip tags on small changes: the hidden states pass
     # the cosine gate, and an agreement bound of 99.9% refuses every plan of the ladder
@@ -308,15 +327,29 @@ def test_int8_that_changes_the_pipelines_annotations_is_refused(
     with pytest.raises(AccuracyError, match="agree with PyTorch's on") as caught:
         spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.999)
     message = str(caught.value)
-    # Every kind of plan was tried: static int8, dynamic int8, then the worse of the two
-    # layers in float (where the CPU has bf16, both in bf16 first and then in fp32).
+    # Every kind of plan this CPU offers was tried: static int8, dynamic int8 (only where
+    # activations are quantized at run time), then the worse of the two layers in float
+    # (where the CPU has bf16, in bf16 first and then in fp32).
     assert "all layers int8" in message
-    for hint in openvino_runtime.float_part_hints():  # bf16 (where the CPU has it), fp32
+    dynamic = openvino_runtime.dynamic_int8_hints(32)
+    for hint in dynamic:
         assert openvino_quantize.DynamicInt8(32, hint).label in message
+    assert ("dynamic int8" in message) is bool(dynamic)
     assert re.search(r"layers [12] float \(fp32\)", message)
     assert "min_agreement" in message  # says what to change
     assert not spacy_accelerate.is_optimized(nlp)
-    assert spacy_accelerate.list_cached(cache_dir) == []  # nothing refused is stored
+    # The decision is what the entry keeps (no model): a warm start reads it, in seconds.
+    (entry,) = spacy_accelerate.cache.ModelCache(cache_dir).entries()
+    assert set(entry.manifest["files"]) == {OWNER_MARK, "refusal.json"}
+    import nncf
+
+    monkeypatch.setattr(nncf, "quantize", _no_quantization)
+    with pytest.raises(AccuracyError, match="Decided when this model was first tried"):
+        spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.999)
+
+
+def _no_quantization(*args: object, **kwargs: object) -> None:
+    raise AssertionError("a warm start must not quantize")
 
 
 def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
@@ -409,15 +442,16 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
 def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    if openvino_runtime.precision_hint(Precision.INT8) != "bf16":
-        pytest.skip("this CPU has no bf16: int8's float layers are fp32 from the start")
+    # On a CPU with bf16 units (simulated: the plan search is what is tested; the numbers
+    # are this CPU's own), float layers are tried in bf16 first, then in fp32.
+    monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
     real_verdict = openvino_quantize._verdict
     hints: list[str] = []
 
     def bf16_fails(report, gate, session, judge):  # as if bf16's own error failed the gate
-        hint = session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        hint = session.settings["INFERENCE_PRECISION_HINT"]  # as requested for the plan
         hints.append(hint)
-        if len(hints) <= 3 or hint == "bf16":  # static, both dynamic, then every bf16 plan
+        if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
             return f"refused by the test ({hint})"
         return real_verdict(report, gate, session, judge)
 
@@ -425,60 +459,61 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    # Two layers: static int8, dynamic int8 (bf16, fp32), the one bf16 plan, the one fp32 plan.
-    assert hints == ["bf16", "bf16", "f32", "bf16", "f32"]
+    # Two layers: static int8 (float part bf16), dynamic int8 (f32 only: bf16 input is not
+    # quantized), the one bf16 plan, the one fp32 plan.
+    assert hints == ["bf16", "f32", "bf16", "f32"]
     assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
-    assert proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
+    assert proxy.session.settings["INFERENCE_PRECISION_HINT"] == "f32"
     # The IR carries the precision it was judged in: a warm start compiles it the same way.
-    monkeypatch.undo()
+    monkeypatch.setattr(openvino_quantize, "_verdict", real_verdict)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
-    assert warm.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
+    assert warm.session.settings["INFERENCE_PRECISION_HINT"] == "f32"
 
 
-@pytest.mark.parametrize("bf16_fails", [False, True], ids=["as-hinted", "bf16-fails"])
-def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
+@pytest.mark.parametrize("cpu", ["this-cpu", "amx-xeon", "avx2-epyc"])
+def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     sample_path: Callable[[str], Path],
     cache_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
-    bf16_fails: bool,
+    cpu: str,
 ):
-    first = openvino_runtime.precision_hint(Precision.INT8)
-    if bf16_fails and first != "bf16":
-        pytest.skip("this CPU has no bf16: dynamic int8's float part is fp32 from the start")
+    real = cpu_features()
+    if cpu != "this-cpu":
+        monkeypatch.setattr(cpu_features_module, "_simulated", [SIMULATED[cpu]])
+    offered = openvino_runtime.dynamic_int8_hints(32)
     real_verdict = openvino_quantize._verdict
     judged: list[str] = []
 
     def static_fails(report, gate, session, judge):
-        judged.append(_plan_settings(session.compiled))
+        judged.append(_plan_settings(session))
         if len(judged) == 1:
             return "refused by the test"
-        if bf16_fails and judged[-1].startswith("bf16"):  # as if bf16's error failed the gate
-            return "refused in bf16 by the test"
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    hint = "f32" if bf16_fails else first
-    precision = "fp32" if hint == "f32" else "bf16"
-    label = f"dynamic int8 (activations per token, groups of 32; the rest {precision})"
-    assert proxy.exported.plan == label
-    # Static int8 first, then dynamic int8 with the rest in bf16 (where the CPU has it) and,
-    # only where that is refused, in fp32.
-    assert judged[1:] == [f"{first}, groups of 32"] + (["f32, groups of 32"] if bf16_fails else [])
-    # Why the faster plans were not served is on record, in the manifest too.
     refused = ["all layers int8: refused by the test"]
-    if bf16_fails:
-        in_bf16 = openvino_quantize.DynamicInt8(32, "bf16").label
-        refused.append(f"{in_bf16}: refused in bf16 by the test")
+    if not offered:  # no VNNI: dynamic int8 would be int8 weights with float arithmetic
+        assert "dynamic" not in proxy.exported.plan
+        assert re.fullmatch(r"layers [12] float \((bf16|fp32)\)", proxy.exported.plan)
+        assert not any("dynamic" in reason for reason in proxy.exported.refused)
+        return
+    label = "dynamic int8 (activations per token, groups of 32; the rest fp32)"
+    assert proxy.exported.plan == label
+    assert "activations quantized at run time" in proxy.exported.compiled_as
+    # Static int8 first, then dynamic int8 with f32 input: the only way it quantizes.
+    assert judged[1:] == ["f32, groups of 32"]
+    # Why the faster plan was not served is on record, in the manifest too.
     assert proxy.exported.refused == tuple(refused)
     entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["refused"] == refused
-    assert _plan_settings(proxy.session.compiled) == f"{hint}, groups of 32"
+    assert entry.manifest["built"]["compiled_as"] == proxy.exported.compiled_as
+    assert _plan_settings(proxy.session) == "f32, groups of 32"
     # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
     # is quantized in the IR: OpenVINO quantizes them at run time.
     import openvino as ov
@@ -492,25 +527,27 @@ def test_dynamic_int8_is_served_when_static_int8_fails_and_compiled_as_judged(
     assert len(weighted) == 12  # six per layer, two layers
     assert all(_stored_in_int8(op.input_value(1)) for op in weighted)
     assert "FakeQuantize" not in {op.get_type_name() for op in served.get_ops()}
-    # The activations really are quantized at run time: without it (weights int8 only),
-    # the same IR computes other hidden states.
-    ids = np.arange(5, 37, dtype=np.int64).reshape(2, 16)
-    batch = EncoderInputs.from_ids(ids, proxy.spec.padding_idx).feeds(proxy.session.input_names)
-    weight_only = ov.Core().compile_model(
-        served, "CPU", {"INFERENCE_PRECISION_HINT": hint, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
-    )
-    last = proxy.spec.hidden_state_names[-1]
-    plain = weight_only.create_infer_request().infer(batch)[weight_only.output(last)]
-    dynamic = proxy.session.runner.run_whole(batch, [last])[0]
-    assert np.abs(plain - dynamic).max() > 1e-4
+    # Where this machine really quantizes at run time, the same IR without it (weights
+    # int8 only) computes other hidden states.
+    if openvino_runtime.dynamic_quantization_runs("f32", 32, real):
+        ids = np.arange(5, 37, dtype=np.int64).reshape(2, 16)
+        feeds = EncoderInputs.from_ids(ids, proxy.spec.padding_idx)
+        batch = feeds.feeds(proxy.session.input_names)
+        weight_only = ov.Core().compile_model(
+            served, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+        )
+        last = proxy.spec.hidden_state_names[-1]
+        plain = weight_only.create_infer_request().infer(batch)[weight_only.output(last)]
+        dynamic = proxy.session.runner.run_whole(batch, [last])[0]
+        assert np.abs(plain - dynamic).max() > 1e-4
     # A warm start compiles the stored plan with the settings its IR records.
-    monkeypatch.undo()
+    monkeypatch.setattr(openvino_quantize, "_verdict", real_verdict)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
     assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
     assert warm.exported.refused == proxy.exported.refused == warm.exported.parity.refused
-    assert _plan_settings(warm.session.compiled) == f"{hint}, groups of 32"
+    assert _plan_settings(warm.session) == "f32, groups of 32"
 
 
 @pytest.mark.parametrize(
@@ -552,9 +589,11 @@ def _stored_in_int8(value: Any) -> bool:
     return any(_stored_in_int8(source) for source in node.input_values())
 
 
-def _plan_settings(compiled: Any) -> str:
-    hint = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
-    return f"{hint}, groups of {compiled.get_property('DYNAMIC_QUANTIZATION_GROUP_SIZE')}"
+def _plan_settings(session: Any) -> str:
+    """The hint and group a plan was compiled with, as requested from its IR's record."""
+    settings = session.settings
+    group = settings.get("DYNAMIC_QUANTIZATION_GROUP_SIZE", "none")
+    return f"{settings['INFERENCE_PRECISION_HINT']}, groups of {group}"
 
 
 def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
@@ -643,3 +682,75 @@ def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeli
     whole = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
     assert whole.key != without.key and not whole.cache_hit
     assert seen and all(seen)  # now judged on the tagger's tags
+
+
+def _timed(candidate_seconds: list[float]) -> Callable[..., openvino_speed.Race]:
+    """A race whose candidate takes the next of ``candidate_seconds`` (1 s the baseline)."""
+
+    def race(candidate, baseline, items, name):
+        return openvino_speed.Race(candidate_seconds.pop(0), 1.0, name, 4)
+
+    return race
+
+
+@pytest.mark.real_speed
+def test_an_int8_plan_not_faster_than_bf16_is_refused_and_never_served(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])  # bf16 units
+    monkeypatch.setattr(openvino_speed, "race", _timed([2.0, 3.0]))  # static, dynamic
+    nlp = spacy.load(sample_path("roberta"))
+    with pytest.raises(NoFasterPlanError, match="precision='bf16'") as caught:
+        spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
+    message = str(caught.value)
+    assert "all layers int8: not faster than bf16 on this CPU (2000 ms vs bf16 1000 ms" in message
+    assert "groups of 32; the rest fp32): not faster than bf16 on this CPU (3000 ms" in message
+    assert "float layers: not tried" in message
+    assert not spacy_accelerate.is_optimized(nlp)
+    # The decision is kept with the entry (keyed by this CPU): a warm start reads it.
+    import nncf
+
+    monkeypatch.setattr(nncf, "quantize", _no_quantization)
+    with pytest.raises(NoFasterPlanError, match="Decided when this model was first tried"):
+        spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
+    # With fallback=True, the request is served by the next provider instead.
+    spacy_accelerate.optimize(
+        nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5, fallback=True
+    )
+    assert spacy_accelerate.accelerated_components(nlp)[
+        "transformer"
+    ].session.provider.provider is (Provider.CPU)
+
+
+@pytest.mark.real_speed
+def test_a_faster_plan_is_served_after_a_slower_one_is_refused(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
+    monkeypatch.setattr(openvino_speed, "race", _timed([1.5, 0.5]))  # static slower, dynamic not
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
+    exported_model = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
+    assert exported_model.plan.startswith("dynamic int8")
+    assert exported_model.refused[0].startswith(
+        "all layers int8: not faster than bf16 on this CPU (1500 ms vs bf16 1000 ms"
+    )
+
+
+@pytest.mark.real_speed
+def test_a_race_alternates_and_compares_medians(monkeypatch: pytest.MonkeyPatch):
+    calls: list[str] = []
+    seconds = {"candidate": iter([9, 3, 4, 5]), "baseline": iter([9, 2, 6, 4])}
+
+    def timed(session, items):
+        calls.append(session)
+        return next(seconds[session])
+
+    monkeypatch.setattr(openvino_speed, "seconds_per_pass", timed)
+    items = [EncoderInputs.from_ids(np.ones((1, 4), dtype=np.int64), 0)] * 6
+    result = openvino_speed.race("candidate", "baseline", items, "bf16")
+    # A warm-up each, then alternating rounds: medians 4 (candidate) and 4 (baseline).
+    assert calls == ["candidate", "baseline"] * 4
+    assert (result.candidate, result.baseline, result.items) == (4, 4, 4)
+    assert not result.faster  # a tie is not faster
+    assert result.finding().startswith("not faster than bf16 on this CPU (4000 ms vs bf16")

@@ -179,6 +179,8 @@ def optimize(
                 else "not re-checked"
             )
             typer.echo(f"{name}: {source}, key {exported.key[:16]}, {checked}")
+            if exported.compiled_as:
+                typer.echo(f"  compiled as {exported.compiled_as}")
             typer.echo(f"  {exported.path}")
         if output is not None:
             nlp.to_disk(output)

@@ -1,21 +1,34 @@
-"""What this CPU can compute, read once from the operating system.
+"""What this CPU can compute: the one place every hardware-dependent decision reads.
 
-Every hardware-dependent decision of the library reads this one function: which provider
-``auto`` prefers, and what an int8 model's numbers depend on (ONNX Runtime's int8 kernels
-differ between AVX2, AVX-512 VNNI and AMX, and an int8 plan judged on one is no proof on
-another, so the kernels' instruction sets are part of the cache key). Tests simulate
-another CPU by replacing :func:`cpu_features`' answer.
+The library decides several things by the CPU it runs on:
+
+- which provider ``auto`` prefers (the vendor);
+- whether OpenVINO's bf16 runs on bf16 units (OpenVINO's own capability list says);
+- whether OpenVINO quantizes activations at run time for int8-weight MatMuls (only with
+  VNNI, and only where those MatMuls take f32 input: see
+  :func:`.openvino_runtime.dynamic_quantization_runs`);
+- whether ONNX Runtime's int8 products saturate (x86 without VNNI), so its int8 weights
+  are 7-bit there, and which int8 kernels it runs (part of the cache key).
+
+All of them read :func:`cpu_features`, so a test can put another CPU in its place with
+:func:`simulated` and check what the library would do there.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 #: Instruction sets with a dot product of 8-bit integers that accumulates without
 #: saturating (AVX-512 VNNI, AVX-VNNI, AMX).
 VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+#: The AVX-512 subsets oneDNN's ``avx512_core`` needs (its VNNI and bf16 levels build on it).
+AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 #: The instruction sets that select ONNX Runtime's int8 kernels (MLAS): AVX2's u8s8 path
 #: can saturate where the VNNI and AMX ones do not.
@@ -23,32 +36,75 @@ INT8_KERNEL_FLAGS = frozenset(
     {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"}
 )
 
+#: The flags that change what OpenVINO compiles for int8 and bf16 (part of its cache key).
+OPENVINO_KERNEL_FLAGS = INT8_KERNEL_FLAGS | {"avx512dq", "avx512_bf16", "amx_bf16"}
+
 
 @dataclass(frozen=True)
 class CpuFeatures:
-    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, "" if unknown) and its
-    feature flags as Linux names them (``avx512_bf16``, ``amx_int8``, ...)."""
+    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, "" if unknown), its feature
+    flags as Linux names them (``avx512_bf16``, ``amx_int8``, ...), ``platform.machine()``,
+    and OpenVINO's own list of what its CPU plugin can do here (``FP32``, ``BF16``,
+    ``INT8``; empty without OpenVINO)."""
 
     vendor: str
     flags: frozenset[str]
-    #: ``platform.machine()``: ``x86_64``, ``aarch64``, ...
     machine: str = ""
+    #: None: asked of OpenVINO when first needed (importing it costs time, and only the
+    #: ``openvino`` provider and ``auto`` need it).
+    openvino_capabilities: frozenset[str] | None = None
+
+    @property
+    def openvino(self) -> frozenset[str]:
+        if self.openvino_capabilities is not None:
+            return self.openvino_capabilities
+        return _openvino_capabilities()
+
+    @property
+    def x86(self) -> bool:
+        return self.machine.lower() in ("x86_64", "amd64", "i386", "i686")
+
+    @property
+    def vnni(self) -> bool:
+        """An int8 dot product that oneDNN uses: AVX-VNNI, or AVX-512 VNNI on AVX-512 core."""
+        return "avx_vnni" in self.flags or (
+            "avx512_vnni" in self.flags and AVX512_CORE <= self.flags
+        )
+
+    @property
+    def amx(self) -> bool:
+        return {"amx_tile", "amx_int8"} <= self.flags
+
+    @property
+    def bf16(self) -> bool:
+        """Whether OpenVINO runs bf16 on bf16 units here (AVX512_BF16 or AMX-BF16)."""
+        return "BF16" in self.openvino
 
     @property
     def int8_products_saturate(self) -> bool:
         """Whether ONNX Runtime's x86 int8 kernels multiply u8 by s8 with ``vpmaddubsw``,
         whose 16-bit sums saturate: an x86 CPU without VNNI. ONNX Runtime's quantization
         documentation recommends 7-bit weights (``reduce_range``) there."""
-        x86 = self.machine.lower() in ("x86_64", "amd64", "i386", "i686")
-        return x86 and not self.flags & VNNI_FLAGS
+        return self.x86 and not self.flags & VNNI_FLAGS
 
     @property
     def int8_kernels(self) -> tuple[str, ...]:
         """The flags that decide which int8 kernels ONNX Runtime runs, sorted."""
         return tuple(sorted(self.flags & INT8_KERNEL_FLAGS))
 
+    @property
+    def openvino_kernels(self) -> tuple[str, ...]:
+        """The flags that decide what OpenVINO compiles for int8 and bf16, sorted."""
+        return tuple(sorted(self.flags & OPENVINO_KERNEL_FLAGS))
 
-def _read_cpuinfo() -> CpuFeatures:
+    def describe(self) -> str:
+        """One line for people: what int8 and bf16 run on here."""
+        int8 = "AMX" if self.amx else "VNNI" if self.vnni else "no VNNI (saturating u8 x s8)"
+        bf16 = "bf16 units" if self.bf16 else "no bf16 units"
+        return f"{self.vendor or 'unknown vendor'} {self.machine}: int8 on {int8}, {bf16}"
+
+
+def _read_cpuinfo() -> tuple[str, frozenset[str]]:
     vendor, flags = "", frozenset[str]()
     try:
         with open("/proc/cpuinfo", encoding="utf8") as cpuinfo:
@@ -63,10 +119,39 @@ def _read_cpuinfo() -> CpuFeatures:
                     break
     except OSError:  # not Linux: nothing known, every hardware decision takes its safe side
         pass
-    return CpuFeatures(vendor=vendor, flags=flags, machine=platform.machine())
+    return vendor, flags
 
 
 @functools.cache
+def _openvino_capabilities() -> frozenset[str]:
+    if importlib.util.find_spec("openvino") is None:
+        return frozenset()
+    import openvino
+
+    core = openvino.Core()
+    return frozenset(str(item) for item in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+@functools.cache
+def _detected() -> CpuFeatures:
+    vendor, flags = _read_cpuinfo()
+    return CpuFeatures(vendor=vendor, flags=flags, machine=platform.machine())
+
+
+_simulated: list[CpuFeatures] = []
+
+
 def cpu_features() -> CpuFeatures:
-    """This CPU's features (read once per process)."""
-    return _read_cpuinfo()
+    """This CPU's features (read once per process), or the one :func:`simulated` puts in
+    its place."""
+    return _simulated[-1] if _simulated else _detected()
+
+
+@contextmanager
+def simulated(features: CpuFeatures) -> Iterator[CpuFeatures]:
+    """Make every hardware decision of the library as it would be on ``features``'s CPU."""
+    _simulated.append(features)
+    try:
+        yield features
+    finally:
+        _simulated.remove(features)

@@ -14,6 +14,7 @@ from ._version import __version__
 from .cache import default_cache_dir
 from .cached import cache_size, list_cached
 from .config import Precision, Provider, build_config
+from .cpu_features import cpu_features
 from .errors import InvalidOptionError, ProviderUnavailableError
 from .openvino_runtime import cpu_capabilities
 from .providers import INSTALL_HINTS, check_provider, cpu_order, cpu_vendor, listed_providers
@@ -96,14 +97,15 @@ def _driver() -> str | None:
 
 
 def _cpu() -> str:
-    """The CPU's vendor, what OpenVINO can run on it, and where ``auto`` sends int8."""
-    vendor = cpu_vendor() or "unknown vendor"
+    """The CPU as the library's detection sees it (what int8 and bf16 run on), what
+    OpenVINO can run on it, and where ``auto`` sends int8."""
     try:
-        capabilities = ", ".join(sorted(cpu_capabilities()))
-    except Exception:  # OpenVINO missing or broken: the report must still come
-        capabilities = "OpenVINO not installed"
+        capabilities = ", ".join(sorted(cpu_capabilities())) or "OpenVINO not installed"
+        described = cpu_features().describe()
+    except Exception:  # OpenVINO broken: the report must still come
+        capabilities, described = "OpenVINO unusable", cpu_vendor() or "unknown vendor"
     auto_int8 = cpu_order(Precision.INT8, cpu_vendor())[0].value
-    return f"{vendor} ({capabilities}); auto serves int8 with {auto_int8} first"
+    return f"{described} ({capabilities}); auto serves int8 with {auto_int8} first"
 
 
 def _provider_status(provider: Provider) -> ProviderStatus:

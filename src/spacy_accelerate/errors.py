@@ -79,5 +79,11 @@ class PrecisionUnavailableError(ProviderUnavailableError):
     the next provider instead of failing where the pipeline is loaded on another CPU."""
 
 
+class NoFasterPlanError(PrecisionUnavailableError):
+    """No int8 plan both kept the model within its accuracy gate and ran faster than the
+    float model this CPU serves well (bf16 where it has bf16 units, fp32 elsewhere), so
+    int8 is not worth serving here; the message names the precision to use instead."""
+
+
 class InvalidInputError(SpacyAccelerateError, ValueError):
     """The pipeline handed the transformer something the model cannot take."""

@@ -31,12 +31,19 @@ import torch
 
 from .architectures import DetectedEncoder, detect_architecture
 from .buckets import DEFAULT_MAX_BATCH, BucketPlan
-from .cache import CacheEntry, CacheResult, ModelCache
+from .cache import OWNER_MARK, CacheEntry, CacheResult, ModelCache
 from .cache_location import saved_cache_dir, search_order
 from .config import MissingCache, OptimizeConfig, Precision, Provider
 from .cpu_features import cpu_features
 from .encoder_inputs import EncoderInputs
-from .errors import AccuracyError, CacheError, CacheMissError, ConversionError
+from .errors import (
+    AccuracyError,
+    CacheError,
+    CacheMissError,
+    ConversionError,
+    NoFasterPlanError,
+    SpacyAccelerateError,
+)
 from .export import MODEL_FILE, GraphPlan, export_onnx, graph_plan, optimize_graph
 from .fingerprint import cache_key, key_inputs
 from .gate import Gate, recorded_report_meets
@@ -77,6 +84,8 @@ class ExportedModel:
     #: The rows the model was checked on (part of its key): a pipeline unpickled where
     #: the entry is gone builds it again with them.
     verification: Verification | None = None
+    #: OpenVINO's int8: what the served plan's MatMuls run as on the CPU that built it.
+    compiled_as: str | None = None
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -270,6 +279,46 @@ def _stored_as_cache_errors(build: Callable[[Path], Any], root: Path) -> Callabl
     return storing
 
 
+#: What a calibrated build stores instead of a model when no plan may be served.
+REFUSAL_FILE = "refusal.json"
+
+_REFUSALS: dict[str, type[SpacyAccelerateError]] = {
+    "accuracy": AccuracyError,
+    "speed": NoFasterPlanError,
+}
+
+
+def _store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
+    """Keep the decision instead of a model: OpenVINO's int8 search costs minutes, and its
+    verdict holds for the same weights, calibration, bounds and CPU (all in the key), so a
+    warm start reads it from the entry instead of searching again."""
+    kind = "speed" if isinstance(refusal, NoFasterPlanError) else "accuracy"
+    for path in folder.iterdir():
+        if path.name != OWNER_MARK:
+            path.unlink()
+    (folder / REFUSAL_FILE).write_text(json.dumps({"kind": kind, "message": str(refusal)}))
+    return {"refusal": kind}
+
+
+def _raise_recorded_refusal(entry: CacheEntry) -> None:
+    """Raise the refusal a calibrated build stored, if this entry is one."""
+    if REFUSAL_FILE not in entry.manifest["files"]:
+        return
+    try:
+        recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
+        error = _REFUSALS[recorded["kind"]]
+        message = str(recorded["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CacheError(
+            f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
+            "entry (spacy-accelerate cache clear) so that the model is tried again."
+        ) from None
+    raise error(
+        f"{message} (Decided when this model was first tried here, {entry.created}; clear "
+        "the cache to try again.)"
+    )
+
+
 class _EntryGone(Exception):
     """Internal: the entry was removed (``clear_cache`` in another process, say) between
     its verification and its opening."""
@@ -329,17 +378,20 @@ def get_or_export(
         if config.precision is Precision.INT8 and config.provider is Provider.OPENVINO:
             if calibration is None:
                 raise ValueError("OpenVINO's int8 needs calibration inputs")
-            session, report = quantize_for_openvino(
-                path,
-                module,
-                detected,
-                gate=gate,
-                calibration=calibration.full,
-                references=references.of(calibration.full.items),
-                # Candidates keep no compiled blobs: all but one are thrown away.
-                open_session=lambda model: open_session(model, provider, config, layout, None),
-                judge=_provisional(judge, key, folder),
-            )
+            try:
+                session, report = quantize_for_openvino(
+                    path,
+                    module,
+                    detected,
+                    gate=gate,
+                    calibration=calibration.full,
+                    references=references.of(calibration.full.items),
+                    # Candidates keep no compiled blobs: all but one are thrown away.
+                    open_session=lambda model: open_session(model, provider, config, layout, None),
+                    judge=_provisional(judge, key, folder),
+                )
+            except (NoFasterPlanError, AccuracyError) as refusal:
+                return _store_refusal(folder, refusal)
         elif config.precision is Precision.INT8:
             session, report = _quantize_within_gate(
                 path,
@@ -373,12 +425,19 @@ def get_or_export(
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         built.append((session, report))
-        return {"plan": report.plan, "refused": list(report.refused)} if report.plan else {}
+        if not report.plan:
+            return {}
+        return {
+            "plan": report.plan,
+            "refused": list(report.refused),
+            "compiled_as": report.compiled_as,
+        }
 
     storing = _stored_as_cache_errors(build, cache.root)
 
     def serve(result: CacheResult) -> tuple[EncoderSession, ParityReport | None]:
         """The session over ``result``'s entry; a hit opened and re-checked as asked."""
+        _raise_recorded_refusal(result.entry)
         if not result.hit:
             return built[-1]
         entry = result.entry
@@ -411,7 +470,11 @@ def get_or_export(
         )
         return session, parity
 
-    result = cache.get_or_build(key, inputs, storing, required)
+    # A calibrated build may store a refusal instead of a model (see _store_refusal).
+    result = cache.get_or_build(key, inputs, storing, () if config.calibrated else required)
+    _raise_recorded_refusal(result.entry)
+    if not set(required) <= set(result.entry.manifest["files"]):  # a model's files missing
+        result = cache.rebuild(result.entry, inputs, storing, required)
     for attempt in (1, 2):
         try:
             session, parity = serve(result)
@@ -448,6 +511,7 @@ def get_or_export(
         plan=plan,
         refused=refused,
         verification=verification,
+        compiled_as=built_with.get("compiled_as"),
     )
     logger.info(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",

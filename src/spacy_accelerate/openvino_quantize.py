@@ -56,10 +56,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import onnx
 import torch
 
+from . import openvino_speed
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
 from .config import Provider
-from .errors import AccuracyError, AgreementError, ConversionError
+from .cpu_features import cpu_features
+from .errors import AccuracyError, AgreementError, ConversionError, NoFasterPlanError
 from .gate import Gate
 from .openvino_float_layers import with_float_layers
 from .openvino_runtime import (
@@ -67,8 +69,12 @@ from .openvino_runtime import (
     DYNAMIC_QUANTIZATION_RT_INFO,
     FLOAT_LAYERS_RT_INFO,
     IR_FILE,
+    CompiledMatMuls,
+    compiled_matmuls,
+    dynamic_int8_hints,
     float_part_hints,
     import_openvino,
+    speed_baseline,
 )
 from .parity import ParityReport, check_parity
 from .providers import import_runtime
@@ -314,11 +320,22 @@ def quantize_within_gate(
         quantized.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
         return quantized
 
+    @functools.cache
+    def baseline() -> Any:
+        """The float model every plan must beat (:func:`.openvino_runtime.speed_baseline`),
+        compiled as a served bf16 (or fp32) model is."""
+        model = float_model.clone()
+        model.set_rt_info("bf16" if speed_baseline() == "bf16" else "f32", FLOAT_LAYERS_RT_INFO)
+        path = folder / f"plan-baseline-{IR_FILE}"
+        ov.save_model(model, str(path), compress_to_fp16=False)
+        return open_session(path)
+
     def attempt(plan: Plan) -> _Candidate:
         quantized = with_plan(plan)
         path = folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
         session = open_session(path)
+        compiled_as = compiled_matmuls(session.compiled)
         # Measured without a gate: the verdict also needs the agreement, and a refused
         # all-int8 model's report still ranks the layers.
         report = check_parity(
@@ -329,24 +346,38 @@ def quantize_within_gate(
             batches=items,
             references=references,
         )
-        problem = _verdict(report, gate, session, judge)
-        logger.info("OpenVINO int8 plan %r: %s", plan.label, problem or "passed")
+        problem, slower = _as_named(plan, compiled_as), False
+        if problem is None:  # timed before the agreement gate, the expensive one
+            timing = openvino_speed.race(session, baseline(), items, speed_baseline())
+            problem, slower = (None, False) if timing.faster else (timing.finding(), True)
+        problem = problem or _verdict(report, gate, session, judge)
+        logger.info(
+            "OpenVINO int8 plan %r (%s): %s",
+            plan.label,
+            compiled_as.describe(),
+            problem or "passed",
+        )
         if problem is not None:
             refused.append(f"{plan.label}: {problem}")
-        return _Candidate(plan, path, session, report, problem is None)
+        report = replace(report, compiled_as=compiled_as.describe())
+        return _Candidate(plan, path, session, report, problem is None, slower)
 
-    chosen = attempt(FloatLayers())
+    chosen = static = attempt(FloatLayers())
     harm = layer_harm(chosen.report, detected.spec)  # how static int8 hurts each layer
-    hints = float_part_hints()  # bf16 (where the CPU has it), then fp32
     if not chosen.passed:
         group = dynamic_group_size(float_model)
-        for hint in hints:
+        for hint in dynamic_int8_hints(group):  # only where activations are quantized
             chosen = attempt(DynamicInt8(group, hint))
             if chosen.passed:
                 break
         compressed_weights.cache_clear()  # the float-layer plans do not read it
-    if not chosen.passed:
-        for hint in hints:  # in fp32, at most half of the layers, as on a CPU without bf16
+    if not chosen.passed and static.slower:
+        refused.append(
+            "float layers: not tried (each plan is the all-int8 model with layers back in "
+            f"float, and that was not faster than {speed_baseline()})"
+        )
+    elif not chosen.passed:
+        for hint in float_part_hints():  # in fp32, at most half of the layers, as without bf16
             chosen = (
                 search_ladder(list(plan_ladder(harm, float_in_bf16=hint == "bf16")), attempt)
                 or chosen
@@ -358,6 +389,14 @@ def quantize_within_gate(
             candidate_file.rename(folder / (Path(IR_FILE).stem + candidate_file.suffix))
         else:
             candidate_file.unlink()
+    if not chosen.passed and any(" not faster than " in reason for reason in refused):
+        floats = speed_baseline()
+        raise NoFasterPlanError(
+            f"No int8 plan both keeps this model within the gate and runs faster than "
+            f"{floats} on this CPU ({cpu_features().describe()}), so no int8 model was "
+            f"served and the pipeline is unchanged. Use precision='{floats}' here. Plans "
+            "tried: " + " | ".join(refused)
+        )
     if not chosen.passed:
         raise AccuracyError(
             "No int8 plan keeps this model within the gate, so no int8 model was served "
@@ -389,6 +428,17 @@ class _Candidate:
     session: Any
     report: ParityReport
     passed: bool
+    #: Refused for its speed (not faster than the float baseline).
+    slower: bool = False
+
+
+def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
+    """Why the compiled plan does not do what its name says, or None. A dynamic int8 plan
+    must quantize activations at run time: where the CPU plugin would not (no VNNI, or
+    bf16 input), it is int8 weights with float arithmetic and not served as "dynamic"."""
+    if isinstance(plan, DynamicInt8) and not compiled.dynamic_int8:
+        return f"its activations are not quantized at run time here ({compiled.describe()})"
+    return None
 
 
 def _verdict(

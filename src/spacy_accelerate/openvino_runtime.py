@@ -24,7 +24,9 @@ import importlib
 import importlib.metadata
 import re
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from .config import OptimizeConfig, Precision, Provider
+from .cpu_features import CpuFeatures, cpu_features
 from .encoder_inputs import EncoderInputs
 from .errors import PrecisionUnavailableError
 from .length_groups import run_by_length
@@ -54,21 +57,53 @@ DYNAMIC_INT8_GROUP_SIZE = 128
 
 
 def float_part_hints() -> tuple[str, ...]:
-    """The hints the float part of an int8 plan is tried in, in order: :func:`precision_hint`'s
-    (bf16 where the CPU has it: dynamic int8 ran 6% faster with it on trf-base, float
-    layers 1.6x), then ``f32``, because bf16's own error can be what fails the gate.
-    Dynamic int8 and the float-layer ladder each try them in this order."""
+    """The hints the float layers of an int8 plan are tried in, in order:
+    :func:`precision_hint`'s (bf16 where the CPU has it: float layers ran 1.6x as fast
+    with it on trf-base), then ``f32``, because bf16's own error can be what fails the
+    gate."""
     first = precision_hint(Precision.INT8)
     return (first,) if first == "f32" else (first, "f32")
 
 
+def dynamic_quantization_runs(hint: str, group_size: int, cpu: CpuFeatures | None = None) -> bool:
+    """Whether OpenVINO's CPU plugin quantizes the activations of a MatMul with int8
+    weights at run time, compiled with ``hint`` and ``DYNAMIC_QUANTIZATION_GROUP_SIZE``
+    ``group_size`` on ``cpu`` (this one by default).
+
+    Read from the plugin's source (``useDynamicQuantizationImpl`` in
+    ``src/plugins/intel_cpu/src/nodes/executors/dnnl/dnnl_fullyconnected_primitive.cpp``,
+    openvinotoolkit/openvino): the group must be a non-zero multiple of 16, the CPU must
+    have AVX-VNNI or AVX-512 VNNI (``mayiuse(avx2_vnni) || mayiuse(avx512_core_vnni)``),
+    and the MatMul's input must be f32. Under the bf16 hint on a CPU with bf16 units the
+    input is bf16, so the int8 weights are only decompressed to bf16 (seen on an AMX
+    Xeon: groups of 0, 32 and 128 gave the same outputs). The compiled runtime model does
+    not show it (the same ``FullyConnected`` node either way), hence this rule."""
+    cpu = cpu or cpu_features()
+    effective = hint if cpu.bf16 else "f32"  # a bf16 hint without bf16 units runs f32
+    return cpu.x86 and cpu.vnni and group_size > 0 and group_size % 16 == 0 and effective == "f32"
+
+
+def dynamic_int8_hints(group_size: int = DYNAMIC_INT8_GROUP_SIZE) -> tuple[str, ...]:
+    """The hints dynamic int8 is tried with: ``f32``, and only where its activations are
+    really quantized at run time (:func:`dynamic_quantization_runs`). Elsewhere it would
+    be int8 weights with float arithmetic, no faster than the float model, so it is left
+    out."""
+    return ("f32",) if dynamic_quantization_runs("f32", group_size) else ()
+
+
 def int8_plan_kinds() -> list[str]:
     """The kinds of int8 plan accuracy control tries, in its order, with dynamic int8's
-    settings (part of the cache key: an entry chosen among other plans is not reused)."""
-    dynamic = [
-        f"dynamic int8, groups of {DYNAMIC_INT8_GROUP_SIZE}, {hint}" for hint in float_part_hints()
-    ]
-    return ["static int8", *dynamic, "float layers"]
+    settings and what each candidate's speed is held against (part of the cache key: an
+    entry chosen among other plans, or without the speed gate, is not reused)."""
+    group = DYNAMIC_INT8_GROUP_SIZE
+    dynamic = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic_int8_hints()]
+    return ["static int8", *dynamic, "float layers", f"faster than {speed_baseline()}"]
+
+
+def speed_baseline() -> str:
+    """The float plan an int8 plan must beat to be served: bf16 where the CPU has bf16
+    units, fp32 elsewhere."""
+    return "bf16" if cpu_features().bf16 else "fp32"
 
 
 def import_openvino() -> ModuleType:
@@ -76,9 +111,9 @@ def import_openvino() -> ModuleType:
 
 
 def cpu_capabilities() -> frozenset[str]:
-    """What OpenVINO's CPU plugin can do here (``FP32``, ``BF16``, ``INT8``, ...)."""
-    core = import_openvino().Core()
-    return frozenset(str(item) for item in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    """What OpenVINO's CPU plugin can do here (``FP32``, ``BF16``, ``INT8``, ...), as
+    :func:`.cpu_features.cpu_features` reads it (or a test simulates it)."""
+    return cpu_features().openvino
 
 
 def check_precision(precision: Precision) -> None:
@@ -153,7 +188,11 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
         versions["nncf"] = importlib.metadata.version("nncf")
     except importlib.metadata.PackageNotFoundError:
         versions["nncf"] = None
-    key = {**versions, "cpu": sorted(cpu_capabilities())}
+    key = {
+        **versions,
+        "cpu": sorted(cpu_capabilities()),
+        "cpu_kernels": list(cpu_features().openvino_kernels),
+    }
     if precision is Precision.INT8:
         key["int8_float_layers"] = precision_hint(precision)
         key["int8_plans"] = int8_plan_kinds()
@@ -224,16 +263,14 @@ class OpenVINOSession:
         # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
         # content, so the blob made while the entry was built (in a temporary folder) is
         # found again once the entry has its final name.
-        self.compiled = core.compile_model(
-            model,
-            "CPU",
-            {
-                **compile_settings(model, config.precision),
-                "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_NUM_THREADS": config.intra_op_threads,
-                "NUM_STREAMS": 1,
-            },
-        )
+        #: What the model was compiled with (its int8 plan's hint and group, as recorded).
+        self.settings: dict[str, Any] = {
+            **compile_settings(model, config.precision),
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": config.intra_op_threads,
+            "NUM_STREAMS": 1,
+        }
+        self.compiled = core.compile_model(model, "CPU", self.settings)
         self.provider = provider
         self.config = config
         self.layout = layout
@@ -248,3 +285,64 @@ class OpenVINOSession:
         self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str], *, graphs: bool = True
     ) -> list[torch.Tensor]:
         return self.runner.run(feeds, outputs)
+
+
+#: Weight precisions of a MatMul whose weights NNCF stored in 8 (or 4) bits.
+_LOW_BIT_WEIGHTS = frozenset({"u8", "i8", "u4", "i4"})
+
+
+@dataclass(frozen=True)
+class CompiledMatMuls:
+    """What the MatMuls with weights of a compiled model run as, read from OpenVINO's
+    runtime model (``layerType`` ``FullyConnected``): int8 arithmetic (a static int8
+    plan's), int8 weights with float arithmetic (activations quantized at run time
+    where :func:`dynamic_quantization_runs` says so), or float; by precision."""
+
+    int8: int = 0
+    dynamic_int8: int = 0
+    int8_weights: tuple[tuple[str, int], ...] = ()
+    float: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.int8 + self.dynamic_int8 + sum(n for _, n in self.int8_weights + self.float)
+
+    def describe(self) -> str:
+        parts = [f"{self.int8} int8"] if self.int8 else []
+        if self.dynamic_int8:
+            parts.append(f"{self.dynamic_int8} int8 with activations quantized at run time")
+        parts += [f"{n} int8 weights with {p} arithmetic" for p, n in self.int8_weights]
+        parts += [f"{n} {p}" for p, n in self.float]
+        return f"{self.total} MatMuls: " + ", ".join(parts)
+
+
+def compiled_matmuls(compiled: Any, cpu: CpuFeatures | None = None) -> CompiledMatMuls:
+    """:class:`CompiledMatMuls` of ``compiled`` on ``cpu`` (this one by default). The
+    arithmetic is the suffix of the node's ``primitiveType`` (``brgemm_avx512_amx_bf16``,
+    ``undef_i8``); its weights' precision is its ``runtimePrecision``."""
+    hint = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+    group = int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))
+    dynamic = dynamic_quantization_runs(hint, group, cpu)
+    int8 = dynamic_int8 = 0
+    weights: Counter[str] = Counter()
+    floats: Counter[str] = Counter()
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if "layerType" not in info or info["layerType"].astype(str) != "FullyConnected":
+            continue
+        arithmetic = info["primitiveType"].astype(str).rsplit("_", 1)[-1].lower()
+        stored = info["runtimePrecision"].astype(str).lower()
+        if arithmetic in ("i8", "u8"):
+            int8 += 1
+        elif stored in _LOW_BIT_WEIGHTS and dynamic:
+            dynamic_int8 += 1
+        elif stored in _LOW_BIT_WEIGHTS:
+            weights[arithmetic] += 1
+        else:
+            floats[arithmetic] += 1
+    return CompiledMatMuls(
+        int8=int8,
+        dynamic_int8=dynamic_int8,
+        int8_weights=tuple(sorted(weights.items())),
+        float=tuple(sorted(floats.items())),
+    )

@@ -46,6 +46,9 @@ class ParityReport:
     #: and how many such pieces there were.
     mean_cosine: tuple[float, ...] = ()
     read_pieces: int = 0
+    #: For OpenVINO's int8: what the served plan's MatMuls run as, read from the compiled
+    #: model (:func:`.openvino_runtime.compiled_matmuls`).
+    compiled_as: str | None = None
 
     @property
     def worst(self) -> float:
@@ -78,6 +81,7 @@ class ParityReport:
             "batch_shape": list(self.batch_shape),
             "plan": self.plan,
             "refused": list(self.refused),
+            "compiled_as": self.compiled_as,
         }
 
     def per_output(self) -> str:
