@@ -536,3 +536,67 @@ def test_a_saved_pipeline_told_not_to_export_at_load_runs_on_pytorch(
     assert not spacy_accelerate.is_optimized(loaded)
     loaded.resume_training()  # as restore() leaves it
     assert not disagreements(reference, run(loaded, texts, 8), loaded)
+
+
+# --------------------------------------------------------------------------- review findings
+
+
+def test_a_pipeline_saved_without_cache_dir_keeps_following_the_environment(
+    roberta: Language, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(tmp_path / "a"))
+    spacy_accelerate.optimize(roberta, "cpu", "fp32")
+    roberta.to_disk(tmp_path / "first")
+    loaded = spacy.load(tmp_path / "first")
+    assert loaded.config["nlp"]["after_pipeline_creation"]["saved_cache_dir"] is None
+    loaded.to_disk(tmp_path / "second")  # a load -> save round trip records no folder
+    monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(tmp_path / "b"))
+    again = _proxy(spacy.load(tmp_path / "second"))
+    assert again.exported.path.parent == tmp_path / "b"
+
+
+def test_calibration_texts_stay_in_memory_for_new_weights_but_never_go_out():
+    from spacy_accelerate.config import build_config
+    from spacy_accelerate.persist import OptimizeRequest
+
+    texts = ["A private calibration text about Ms. Quillfeather."] * 3
+    request = OptimizeRequest.from_config(
+        build_config("openvino", "int8", calibration_texts=texts), threads=None
+    )
+    assert request.calibration_texts == texts  # the load hooks calibrate new weights with them
+    assert request.to_config().calibration_texts == tuple(texts)
+    assert request.saved()["calibration_texts"] is None
+    assert request.saved()["calibration_sha256"] == request.to_config().calibration_sha256
+    assert b"Quillfeather" not in pickle.dumps(request)
+    assert pickle.loads(pickle.dumps(request)).calibration_sha256 == request.calibration_sha256
+
+
+def test_a_stricter_gate_never_wipes_an_entry_that_others_use(roberta: Language, cache_dir: Path):
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=cache_dir)
+    before = [(entry.key, entry.created) for entry in spacy_accelerate.list_cached(cache_dir)]
+    with pytest.raises(spacy_accelerate.ConversionError, match="tolerance 1e-12"):
+        spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=cache_dir, tolerance=1e-12)
+    after = [(entry.key, entry.created) for entry in spacy_accelerate.list_cached(cache_dir)]
+    assert after == before  # the failed rebuild replaced nothing
+    assert spacy_accelerate.is_optimized(roberta)  # and the previous acceleration serves on
+
+
+def test_a_cache_folder_that_is_a_link_is_cleared(roberta: Language, tmp_path: Path):
+    real = tmp_path / "real-cache"
+    real.mkdir()
+    os.symlink(real, tmp_path / "cache-link")
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=tmp_path / "cache-link")
+    assert len(spacy_accelerate.list_cached(tmp_path / "cache-link")) == 1
+    assert spacy_accelerate.clear_cache(tmp_path / "cache-link") == 1
+    assert spacy_accelerate.list_cached(real) == []
+
+
+def test_a_recorded_folder_is_usable_only_if_it_can_really_be_written(tmp_path: Path):
+    from spacy_accelerate.cache_location import usable
+
+    assert usable(tmp_path / "new" / "cache")  # can be made
+    assert not usable(Path("/proc/no-such/cache"))  # root's permission bits say yes
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert not usable(blocker / "cache") and not usable(blocker)
+    assert not list(tmp_path.glob("**/.spacy-accelerate-probe-*"))  # the probe cleans up

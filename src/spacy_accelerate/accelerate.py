@@ -91,11 +91,17 @@ def optimize(
 
 
 def apply_config(
-    nlp: Language, config: OptimizeConfig, *, threads: int | None, reloading: bool = False
+    nlp: Language,
+    config: OptimizeConfig,
+    *,
+    threads: int | None,
+    reloading: bool = False,
+    request: OptimizeRequest | None = None,
 ) -> Language:
     """:func:`optimize` with its options already validated; ``reloading``: a saved or
     pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
-    it (otherwise :class:`~.exported.CacheMissError`)."""
+    it (otherwise :class:`~.exported.CacheMissError`), and records ``request`` (what was
+    loaded) rather than ``config`` (what it resolved to here)."""
     components = find_transformer_components(nlp)  # 1. validate
     shims = [find_shim(component) for component in components]  # 2. find the shim
     encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
@@ -158,7 +164,7 @@ def apply_config(
 
     # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
     serve_first(fallback_chain(config), accelerate)
-    _remember(nlp, OptimizeRequest.from_config(config, threads=threads))
+    _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
     return nlp
 
 
@@ -188,7 +194,9 @@ def unpatch_all(nlp: Language) -> None:
 
 def restore(nlp: Language) -> Language:
     """Undo :func:`optimize`: the PyTorch transformers, training and a plain saved config
-    come back. A no-op on a plain pipeline."""
+    come back. A no-op on a plain pipeline. The guard that makes swaps safe while other
+    threads annotate stays on the transformer's layer (it changes no result), so a
+    restored pipeline needs spacy-accelerate installed to be unpickled."""
     unpatch_all(nlp)
     remove_training_guards(nlp)
     remove_load_hooks(nlp)

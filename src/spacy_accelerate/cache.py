@@ -460,8 +460,10 @@ class ModelCache:
         required: Iterable[str] = (),
     ) -> CacheResult:
         """Replace ``stale`` (an entry its user refused: it does not compute what its key
-        promises here) by a fresh build. If another process replaced it meanwhile, that
-        entry is returned as a hit instead, for the caller to judge in turn."""
+        promises here) by a fresh build, once that build has succeeded: a build that
+        fails (the same refusal, say) leaves the entry as it was, for callers whose
+        gates it meets. If another process replaced it meanwhile, that entry is returned
+        as a hit instead, for the caller to judge in turn."""
         start = time.perf_counter()
         key = _validate_key(stale.key)
         required = tuple(required)
@@ -471,9 +473,7 @@ class ModelCache:
             current = self._verified(key, required, evict=True)
             if current is not None and current.manifest != stale.manifest:
                 return CacheResult(entry=current, hit=True, seconds=time.perf_counter() - start)
-            if current is not None:
-                self._remove_entry_locked(key)
-            entry = self._build_locked(key, inputs_json, build)
+            entry = self._build_locked(key, inputs_json, build, replacing=current is not None)
         return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
 
     def entries(self) -> list[CacheEntry]:
@@ -495,7 +495,7 @@ class ModelCache:
         """Remove the entry for ``key`` (valid or not) and what was derived from it; True if
         there was an entry. Only what the library made is removed."""
         _validate_key(key)
-        if not is_real_dir(self.root):
+        if not self.root.is_dir():  # the root may be a link: the user chose it
             return False
         with self._lock(key):
             self._remove_temp_dirs_of(key)
@@ -512,7 +512,7 @@ class ModelCache:
         lock file another process waits on would let two processes hold "the same" lock
         on different files.
         """
-        if not is_real_dir(self.root):
+        if not self.root.is_dir():
             return 0
         keys = set(self._entry_keys())
         keys.update(key for path in self._temp_dirs() if (key := _key_of_temp(path.name)))
@@ -584,7 +584,7 @@ class ModelCache:
     def _device_dirs(self, kind: str = ENGINE_DIR) -> list[Path]:
         """The per-device folders under ``kind`` (TensorRT's GPUs, OpenVINO's CPUs)."""
         base = self.root / kind
-        return real_subdirs(base) if is_real_dir(self.root) else []
+        return real_subdirs(base)
 
     def _remove_engines(self, key: str) -> None:
         """Remove the engines of ``key`` on every device, each under its lock."""
@@ -694,10 +694,17 @@ class ModelCache:
         return True
 
     def _build_locked(
-        self, key: str, inputs_json: Any, build: Callable[[Path], Mapping[str, Any] | None]
+        self,
+        key: str,
+        inputs_json: Any,
+        build: Callable[[Path], Mapping[str, Any] | None],
+        *,
+        replacing: bool = False,
     ) -> CacheEntry:
+        """Build into a temporary folder and rename it into place; ``replacing``: the
+        library's entry there goes only once the build has succeeded."""
         target = self.root / key
-        if os.path.lexists(target):
+        if os.path.lexists(target) and not (replacing and _is_own_entry(target, key)):
             raise CacheError(
                 f"cannot store the model at {target}: something there was not made by "
                 "spacy-accelerate. Move it away, or set cache_dir= (or the "
@@ -707,6 +714,8 @@ class ModelCache:
         try:
             built = build(tmp)
             manifest = self._write_manifest(tmp, key, inputs_json, built)
+            if replacing:
+                self._remove_entry_locked(key)
             try:
                 os.rename(tmp, target)
             except OSError as err:

@@ -17,6 +17,7 @@ has it.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from .cache import CACHE_ENV_VAR, default_cache_dir, resolve_cache_dir
@@ -26,13 +27,14 @@ _KEY_LENGTH = 64
 
 
 def usable(folder: Path) -> bool:
-    """Whether a recorded cache folder still works here: a folder this process can read and
-    write, or a read-only one that holds entries (a cache built ahead of time and mounted
-    read-only), or one that can be made (its nearest existing parent is writable)."""
+    """Whether a recorded cache folder still works here: a folder this process can write
+    into, or a read-only one that holds entries (a cache built ahead of time and mounted
+    read-only), or one that can be made (its nearest existing parent takes a folder).
+    Tried for real, not by permission bits: ``os.access`` says yes to root everywhere."""
     if folder.exists():
-        if not folder.is_dir() or not os.access(folder, os.R_OK | os.X_OK):
+        if not folder.is_dir():
             return False
-        if os.access(folder, os.W_OK):
+        if _writable(folder):
             return True
         try:
             return any(len(name) == _KEY_LENGTH for name in os.listdir(folder))
@@ -41,7 +43,17 @@ def usable(folder: Path) -> bool:
     parent = folder.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
-    return is_real_dir(parent) and os.access(parent, os.W_OK | os.X_OK)
+    return is_real_dir(parent) and _writable(parent)
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a folder can be made in ``folder`` (made and removed at once)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".spacy-accelerate-probe-", dir=folder)
+    except OSError:
+        return False
+    os.rmdir(probe)
+    return True
 
 
 def _from_env() -> Path | None:

@@ -471,7 +471,8 @@ def get_or_export(
         return session, parity
 
     # A calibrated build may store a refusal instead of a model (see _store_refusal).
-    result = cache.get_or_build(key, inputs, storing, () if config.calibrated else required)
+    lookup_required = () if config.calibrated else required
+    result = cache.get_or_build(key, inputs, storing, lookup_required)
     _raise_recorded_refusal(result.entry)
     if not set(required) <= set(result.entry.manifest["files"]):  # a model's files missing
         result = cache.rebuild(result.entry, inputs, storing, required)
@@ -487,7 +488,7 @@ def get_or_export(
                     "Try again once it has finished."
                 ) from None
             logger.info("spacy-accelerate: cache entry %s went away; getting it again", key[:12])
-            result = cache.get_or_build(key, inputs, storing, required)
+            result = cache.get_or_build(key, inputs, storing, lookup_required)
         except (AccuracyError, ConversionError) as refusal:
             if not result.hit or attempt == 2:
                 raise

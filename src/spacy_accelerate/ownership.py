@@ -25,6 +25,7 @@ import stat
 from pathlib import Path
 
 from ._version import __version__
+from .errors import CacheError
 
 #: The file that marks a folder as made by spacy-accelerate.
 MARK = ".spacy-accelerate"
@@ -100,6 +101,11 @@ def remove_tree(folder: Path) -> bool:
         shutil.rmtree(folder)
     except FileNotFoundError:
         return False
+    except OSError as err:
+        raise CacheError(
+            f"cannot remove {folder} from the model cache ({err.strerror or err}); check its "
+            "permissions (or whether another program holds files in it) and clear again"
+        ) from err
     return True
 
 

@@ -94,6 +94,9 @@ class OptimizeRequest:
             lock_timeout=config.lock_timeout,
             missing_cache=config.missing_cache.value,
             saved_cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
+            # Kept in memory for the load hooks (new weights need calibrating again);
+            # never written: see saved() and __getstate__.
+            calibration_texts=list(config.calibration_texts) if config.calibration_texts else None,
             calibration_sha256=config.calibration_sha256,
             calibration_count=config.calibration_count,
         )
@@ -129,6 +132,11 @@ class OptimizeRequest:
         """The options as written into ``config.cfg``: the load-time overrides empty."""
         return asdict(replace(self, cache_dir=None, calibration_texts=None))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled pipeline carries no calibration texts either (their digest finds the
+        # cache entry).
+        return {**self.__dict__, "calibration_texts": None}
+
 
 def _apply(nlp: Language, request: OptimizeRequest) -> None:
     """Accelerate a loaded pipeline as recorded. Where ``missing_cache="pytorch"`` and its
@@ -136,7 +144,10 @@ def _apply(nlp: Language, request: OptimizeRequest) -> None:
     from .accelerate import apply_config, restore  # the entry point imports this module
 
     try:
-        apply_config(nlp, request.to_config(), threads=request.threads, reloading=True)
+        # Recorded as loaded, not as resolved here: a pipeline saved without cache_dir keeps
+        # following the environment where it is loaded next.
+        config = request.to_config()
+        apply_config(nlp, config, threads=request.threads, reloading=True, request=request)
     except CacheMissError as missing:
         restore(nlp)
         logger.warning(

@@ -147,11 +147,12 @@ def scoped(layer: Model, module: torch.nn.Module) -> Iterator[None]:
     """Run ``layer`` with ``module`` in this thread only (see the module's docstring)."""
     guard = guard_of(_pytorch_shim(layer))
     install(layer)
+    outer = guard.scoped_module
     guard.local.module = module
     try:
         yield
     finally:
-        guard.local.module = None
+        guard.local.module = outer
 
 
 @contextmanager
