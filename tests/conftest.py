@@ -40,13 +40,13 @@ def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None
     if request.node.get_closest_marker("real_speed") is not None:
         yield
         return
-    from spacy_accelerate import openvino_speed
+    from spacy_accelerate import openvino_quantize, openvino_speed
 
     def faster(candidate, baseline, items, name):
         return openvino_speed.Race(0.5, 1.0, name, min(len(items), openvino_speed.TIMED_ITEMS))
 
     with pytest.MonkeyPatch.context() as patched:  # apart from the test's own monkeypatch
-        patched.setattr(openvino_speed, "race", faster)
+        patched.setattr(openvino_quantize, "race", faster)
         yield
 
 

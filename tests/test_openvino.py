@@ -698,7 +698,7 @@ def test_an_int8_plan_not_faster_than_bf16_is_refused_and_never_served(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])  # bf16 units
-    monkeypatch.setattr(openvino_speed, "race", _timed([2.0, 3.0]))  # static, dynamic
+    monkeypatch.setattr(openvino_quantize, "race", _timed([2.0, 3.0]))  # static, dynamic
     nlp = spacy.load(sample_path("roberta"))
     with pytest.raises(NoFasterPlanError, match="precision='bf16'") as caught:
         spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
@@ -727,7 +727,7 @@ def test_a_faster_plan_is_served_after_a_slower_one_is_refused(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
-    monkeypatch.setattr(openvino_speed, "race", _timed([1.5, 0.5]))  # static slower, dynamic not
+    monkeypatch.setattr(openvino_quantize, "race", _timed([1.5, 0.5]))  # static slower, dynamic not
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
     exported_model = spacy_accelerate.accelerated_components(nlp)["transformer"].exported

@@ -56,7 +56,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import onnx
 import torch
 
-from . import openvino_speed
 from .architectures import DetectedEncoder
 from .architectures.spec import EncoderSpec
 from .config import Provider
@@ -76,6 +75,7 @@ from .openvino_runtime import (
     import_openvino,
     speed_baseline,
 )
+from .openvino_speed import race
 from .parity import ParityReport, check_parity
 from .providers import import_runtime
 
@@ -348,7 +348,7 @@ def quantize_within_gate(
         )
         problem, slower = _as_named(plan, compiled_as), False
         if problem is None:  # timed before the agreement gate, the expensive one
-            timing = openvino_speed.race(session, baseline(), items, speed_baseline())
+            timing = race(session, baseline(), items, speed_baseline())
             problem, slower = (None, False) if timing.faster else (timing.finding(), True)
         problem = problem or _verdict(report, gate, session, judge)
         logger.info(

@@ -24,9 +24,9 @@ from thinc.api import Model
 from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
-from . import swap
 from .proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 from .shim import ShimLocation
+from .swap import held_exclusively, install_guard, scoped_module, swap_module
 
 #: Set by spacy-curated-transformers on the wrapper before every call: whether
 #: the listeners read every layer or only the last one.
@@ -53,7 +53,7 @@ class PassLayerFlag:
 
 def guard(location: ShimLocation) -> None:
     """Make ``location``'s layer safe to swap while other threads run it (idempotent)."""
-    swap.install(location.layer)
+    install_guard(location.layer)
     convert = location.layer.attrs.get(CONVERT_INPUTS)
     if convert is not None and not isinstance(convert, PassLayerFlag):
         location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
@@ -61,7 +61,7 @@ def guard(location: ShimLocation) -> None:
 
 def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
     guard(location)
-    swap.swap(location.layer, proxy)
+    swap_module(location.layer, proxy)
 
 
 def reads_all_layers(location: ShimLocation) -> bool:
@@ -82,7 +82,7 @@ def unpatch(location: ShimLocation) -> bool:
     stays (:mod:`.swap`): it passes nothing to a PyTorch module and changes no result."""
     proxy = location.shim._model
     if isinstance(proxy, AcceleratedModule):
-        swap.swap(location.layer, proxy.original)
+        swap_module(location.layer, proxy.original)
     return isinstance(proxy, AcceleratedModule)
 
 
@@ -97,9 +97,9 @@ def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
 def scoped(location: ShimLocation, module: torch.nn.Module) -> Any:
     """Run ``location``'s layer with ``module`` in this thread only (calibration, the
     agreement gate): other threads keep the module they run."""
-    return swap.scoped(location.layer, module)
+    return scoped_module(location.layer, module)
 
 
 def exclusive(location: ShimLocation) -> Any:
     """Hold ``location``'s layer for this thread alone (no batch runs on it meanwhile)."""
-    return swap.exclusive(location.layer)
+    return held_exclusively(location.layer)

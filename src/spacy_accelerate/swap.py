@@ -14,11 +14,11 @@ that a later ``optimize()`` is as safe; only the batches already running when th
 first ``optimize()`` installs it are not covered.
 
 Reference outputs of the PyTorch module are computed with the layer to one thread alone
-(:func:`exclusive`), because thinc puts the module back in train mode after every batch
+(:func:`held_exclusively`), because thinc puts the module back in train mode after every batch
 another thread runs on it.
 
 Calibration and the agreement gate run the pipeline with a module of their own (a recorder,
-a candidate int8 model) for one thread only (:func:`scoped`): that thread's batches run
+a candidate int8 model) for one thread only (:func:`scoped_module`): that thread's batches run
 exclusively, with its module swapped in for the batch and out again, so other threads never
 see it.
 """
@@ -40,7 +40,7 @@ from thinc.shims import PyTorchShim
 
 class SwapGuard:
     """A readers-writer lock (writers first, so a swap is not starved by a busy pipeline),
-    and the modules threads run in place of the shim's own (:func:`scoped`)."""
+    and the modules threads run in place of the shim's own (:func:`scoped_module`)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -129,13 +129,13 @@ class GuardedForward:
                 shim._model = previous
 
 
-def install(layer: Model) -> None:
+def install_guard(layer: Model) -> None:
     """Guard ``layer``'s forward (idempotent)."""
     if not isinstance(layer._func, GuardedForward):
         layer._func = GuardedForward(layer._func)
 
 
-def swap(layer: Model, module: torch.nn.Module) -> None:
+def swap_module(layer: Model, module: torch.nn.Module) -> None:
     """Put ``module`` in ``layer``'s shim once no batch is in flight there."""
     shim = _pytorch_shim(layer)
     with guard_of(shim).writing():
@@ -143,10 +143,10 @@ def swap(layer: Model, module: torch.nn.Module) -> None:
 
 
 @contextmanager
-def scoped(layer: Model, module: torch.nn.Module) -> Iterator[None]:
+def scoped_module(layer: Model, module: torch.nn.Module) -> Iterator[None]:
     """Run ``layer`` with ``module`` in this thread only (see the module's docstring)."""
     guard = guard_of(_pytorch_shim(layer))
-    install(layer)
+    install_guard(layer)
     outer = guard.scoped_module
     guard.local.module = module
     try:
@@ -156,7 +156,7 @@ def scoped(layer: Model, module: torch.nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def exclusive(layer: Model) -> Iterator[None]:
+def held_exclusively(layer: Model) -> Iterator[None]:
     """No batch runs on ``layer`` (in another thread) while this is held."""
     with guard_of(_pytorch_shim(layer)).writing():
         yield
