@@ -8,7 +8,7 @@
   BPE vocabulary trained on EWT text.
 - ``minilm-ewt``: all-MiniLM-L6-v2's real weights in a curated BERT, tagger,
   parser and ner trained on UD-EWT dev + Universal NER dev with the transformer
-  frozen (see ``spacy_accelerate.samples.trained`` for why and how).
+  frozen (see ``spacy_accelerate_samples.trained`` for why and how).
 
 Both are cached under ``$SPACY_ACCELERATE_SAMPLES`` (default
 ``~/.cache/spacy-accelerate-samples``); ``benchmarks/run.py`` builds them too.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import time
 
-from spacy_accelerate.samples.pipelines import ensure_sample
-from spacy_accelerate.samples.trained import ensure_trained_sample
+from spacy_accelerate_samples.pipelines import ensure_sample
+from spacy_accelerate_samples.trained import ensure_trained_sample
 
 
 def main() -> None:

@@ -28,17 +28,18 @@ from curated_transformers.models.curated_transformer import CuratedTransformer
 from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
-from spacy_accelerate.benchmark import alternate, write_report
-from spacy_accelerate.buckets import BucketPlan
-from spacy_accelerate.config import build_config
-from spacy_accelerate.encoder_inputs import EncoderInputs
-from spacy_accelerate.export import MODEL_FILE, GraphPlan, export_onnx, optimize_graph
-from spacy_accelerate.gate import Gate
-from spacy_accelerate.parity import compare, reference_outputs
-from spacy_accelerate.provider_options import SessionLayout
-from spacy_accelerate.providers import check_provider
-from spacy_accelerate.quantize import Int8Recipe, KeepFloat, quantize_int8
-from spacy_accelerate.runtime import EncoderSession
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
+from spacy_accelerate.backends.onnxruntime.provider_options import SessionLayout
+from spacy_accelerate.backends.onnxruntime.quantize import Int8Recipe, KeepFloat, quantize_int8
+from spacy_accelerate.backends.onnxruntime.session import EncoderSession
+from spacy_accelerate.backends.registry import check_provider
+from spacy_accelerate.bench.side_by_side import alternate, write_report
+from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.request import build_config
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.verify.parity import compare, reference_outputs
 
 
 def _random_roberta(args: argparse.Namespace) -> torch.nn.Module:
@@ -54,7 +55,7 @@ def _random_roberta(args: argparse.Namespace) -> torch.nn.Module:
 
 
 def _minilm() -> torch.nn.Module:
-    from spacy_accelerate.samples.pipelines import curated_torch_module, load_sample
+    from spacy_accelerate_samples.pipelines import curated_torch_module, load_sample
 
     return curated_torch_module(load_sample("minilm")).eval()
 

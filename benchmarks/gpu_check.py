@@ -128,7 +128,7 @@ def report_requirements(found: list[Requirement]) -> bool:
 
 
 def variants(tensorrt: bool, device: int) -> dict[str, Any]:
-    from spacy_accelerate.baselines import Accelerated, PyTorchAutocast
+    from spacy_accelerate.bench.baselines import Accelerated, PyTorchAutocast
 
     chosen: dict[str, Any] = {"pytorch fp16 autocast (gpu)": PyTorchAutocast("cuda", "float16")}
     providers = ["cuda", "tensorrt"] if tensorrt else ["cuda"]
@@ -147,7 +147,7 @@ def parity(name: str, result: Any, reference: list, docs: list) -> dict[str, Any
     """The parity figures of one variant and whether they pass."""
     import numpy as np
 
-    from spacy_accelerate.doc_outputs import last_hidden_state
+    from spacy_accelerate.bench.doc_outputs import last_hidden_state
 
     rates = {key: result.agreement.rate(key) for key in AGREEMENT_KEYS}
     row: dict[str, Any] = {
@@ -186,12 +186,12 @@ def main() -> int:
 
     import spacy
     import torch
+    from spacy_accelerate_samples import ewt
+    from spacy_accelerate_samples.pipelines import ensure_sample
 
-    from spacy_accelerate.benchmark import side_by_side
-    from spacy_accelerate.fingerprint import package_versions
-    from spacy_accelerate.samples import ewt
-    from spacy_accelerate.samples.pipelines import ensure_sample
-    from spacy_accelerate.validate import transformer_components
+    from spacy_accelerate.bench.side_by_side import side_by_side
+    from spacy_accelerate.export.fingerprint import package_versions
+    from spacy_accelerate.pipeline.components import transformer_components
 
     spacy.require_gpu(args.device)
     nlp = spacy.load(ensure_sample("trf-base"))

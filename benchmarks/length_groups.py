@@ -7,7 +7,7 @@ in its shim, so the batches are exactly what spaCy hands the transformer
 (strided spans padded to the longest). Each served model (``--variants``,
 ``provider:precision``) then runs those batches (a) in one call per batch,
 padding and all, and (b) as it is served: rows grouped by length, each group
-cut to its longest row (:mod:`spacy_accelerate.length_groups`). Both
+cut to its longest row (:mod:`spacy_accelerate.runtime.length_groups`). Both
 alternate, ``--repeats`` passes each; the report gives real pieces per
 second, the ratio, the share of padded positions, and the largest difference
 between (a) and (b) at the real pieces.
@@ -25,14 +25,11 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from spacy_accelerate_samples.ewt import recorded_test_batches  # noqa: E402
+from spacy_accelerate_samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import (  # noqa: E402
-    alternate,
-    recorded_test_batches,
-    write_report,
-)
-from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate.bench.side_by_side import alternate, write_report  # noqa: E402
 
 DEFAULT_VARIANTS = ("cpu:fp32", "cpu:int8", "openvino:fp32", "openvino:int8")
 

@@ -35,18 +35,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 from spacy.language import Language  # noqa: E402
+from spacy_accelerate_samples import ewt  # noqa: E402
+from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.baselines import (  # noqa: E402
+from spacy_accelerate.backends.openvino.session import IR_FILE, import_openvino  # noqa: E402
+from spacy_accelerate.bench.baselines import (  # noqa: E402
     Accelerated,
     PyTorchAutocast,
     Variant,
     remove_autocast,
 )
-from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
-from spacy_accelerate.openvino_runtime import IR_FILE, import_openvino  # noqa: E402
-from spacy_accelerate.samples import ewt  # noqa: E402
-from spacy_accelerate.samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate.bench.side_by_side import SideBySide, side_by_side, write_report  # noqa: E402
 
 #: The name of the hidden state the tail model reads.
 CARRIED = "carried_hidden_state"

@@ -14,7 +14,7 @@ and in groups of 128, 256 and 768 with the rest in bf16 (the hint accuracy
 control tries first where the CPU has bf16). The report gives real pieces
 per second, the ratio to fp32, and the mean and smallest token cosine of the
 last hidden state to fp32's over the real pieces. This is the measurement behind
-:class:`spacy_accelerate.openvino_quantize.DynamicInt8`.
+:class:`spacy_accelerate.backends.openvino.quantize.DynamicInt8`.
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from spacy_accelerate_samples.ewt import recorded_test_batches  # noqa: E402
+from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import alternate, recorded_test_batches, write_report  # noqa: E402
-from spacy_accelerate.config import Precision  # noqa: E402
-from spacy_accelerate.openvino_quantize import import_nncf  # noqa: E402
-from spacy_accelerate.openvino_runtime import (  # noqa: E402
+from spacy_accelerate.backends.openvino.quantize import import_nncf  # noqa: E402
+from spacy_accelerate.backends.openvino.session import (  # noqa: E402
     IR_FILE,
     compile_settings,
     import_openvino,
 )
-from spacy_accelerate.parity import token_cosines  # noqa: E402
-from spacy_accelerate.samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate.bench.side_by_side import alternate, write_report  # noqa: E402
+from spacy_accelerate.options.config import Precision  # noqa: E402
+from spacy_accelerate.verify.parity import token_cosines  # noqa: E402
 
 GROUP_SIZES = (32, 128, 256, 768)
 #: Groups also run with the bf16 hint (the model's float part, LayerNorm and attention, in bf16).

@@ -37,12 +37,12 @@ import numpy as np
 def export(pipeline: str, target: Path) -> None:
     """The plain ONNX export of a benchmark pipeline's encoder (this project's environment)."""
     import spacy
+    from spacy_accelerate_samples.pipelines import ensure_sample
 
     from spacy_accelerate.architectures import detect_architecture
-    from spacy_accelerate.export import export_onnx
-    from spacy_accelerate.samples.pipelines import ensure_sample
-    from spacy_accelerate.shim import find_shim
-    from spacy_accelerate.validate import find_transformer_components
+    from spacy_accelerate.export.onnx import export_onnx
+    from spacy_accelerate.pipeline.components import find_transformer_components
+    from spacy_accelerate.pipeline.shim import find_shim
 
     nlp = spacy.load(ensure_sample(pipeline))
     module = find_shim(find_transformer_components(nlp)[0]).pytorch_module

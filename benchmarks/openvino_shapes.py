@@ -27,16 +27,13 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+from spacy_accelerate_samples.ewt import recorded_test_batches  # noqa: E402
+from spacy_accelerate_samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import (  # noqa: E402
-    alternate,
-    recorded_test_batches,
-    write_report,
-)
-from spacy_accelerate.encoder_inputs import EncoderInputs  # noqa: E402
-from spacy_accelerate.openvino_runtime import IR_FILE, import_openvino  # noqa: E402
-from spacy_accelerate.samples.trained import TRAINED_SAMPLE_NAME, load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate.architectures.inputs import EncoderInputs  # noqa: E402
+from spacy_accelerate.backends.openvino.session import IR_FILE, import_openvino  # noqa: E402
+from spacy_accelerate.bench.side_by_side import alternate, write_report  # noqa: E402
 
 #: Bucket granularity: finer than the GPU providers' powers of two, to give static
 #: shapes their best case on a CPU (less padding, more models to compile).

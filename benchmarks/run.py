@@ -38,15 +38,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from spacy.language import Language  # noqa: E402
 from spacy.scorer import Scorer  # noqa: E402
 from spacy.training import Example  # noqa: E402
+from spacy_accelerate_samples import ewt  # noqa: E402
+from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.baselines import Accelerated, Variant, available_variants  # noqa: E402
-from spacy_accelerate.benchmark import SideBySide, side_by_side, write_report  # noqa: E402
+from spacy_accelerate.bench.baselines import Accelerated, Variant, available_variants  # noqa: E402
+from spacy_accelerate.bench.side_by_side import SideBySide, side_by_side, write_report  # noqa: E402
 from spacy_accelerate.errors import AccuracyError, PrecisionUnavailableError  # noqa: E402
-from spacy_accelerate.fingerprint import package_versions  # noqa: E402
-from spacy_accelerate.samples import ewt  # noqa: E402
-from spacy_accelerate.samples.trained import load_benchmark_pipeline  # noqa: E402
-from spacy_accelerate.validate import transformer_components  # noqa: E402
+from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
+from spacy_accelerate.pipeline.components import transformer_components  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 PIPELINES = ("trf-base", "minilm-ewt")

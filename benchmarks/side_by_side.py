@@ -23,17 +23,17 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import spacy  # noqa: E402
-
-import spacy_accelerate  # noqa: E402
-from spacy_accelerate.benchmark import side_by_side, write_report  # noqa: E402
-from spacy_accelerate.fingerprint import package_versions  # noqa: E402
-from spacy_accelerate.samples import ewt  # noqa: E402
-from spacy_accelerate.samples.pipelines import SAMPLE_NAMES, ensure_sample  # noqa: E402
-from spacy_accelerate.samples.trained import (  # noqa: E402
+from spacy_accelerate_samples import ewt  # noqa: E402
+from spacy_accelerate_samples.pipelines import SAMPLE_NAMES, ensure_sample  # noqa: E402
+from spacy_accelerate_samples.trained import (  # noqa: E402
     TRAINED_SAMPLE_NAME,
     ensure_trained_sample,
     evaluate_on_ewt_test,
 )
+
+import spacy_accelerate  # noqa: E402
+from spacy_accelerate.bench.side_by_side import side_by_side, write_report  # noqa: E402
+from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 
 
 def _load(name: str) -> spacy.language.Language:

@@ -49,7 +49,7 @@ def rss_mib() -> float:
 
 def documents() -> Iterator[str]:
     """EWT sentences of test and dev, cycled, grouped one to eight per document."""
-    from spacy_accelerate.samples import ewt
+    from spacy_accelerate_samples import ewt
 
     sentences = [s.text for split in ("test", "dev") for s in ewt.read_sentences(split)]
     start, size = 0, 1
@@ -61,9 +61,9 @@ def documents() -> Iterator[str]:
 
 def soak(sample: str, provider: str, precision: str, count: int, warmup: int, every: int) -> dict:
     import spacy
+    from spacy_accelerate_samples.pipelines import ensure_sample
 
     import spacy_accelerate
-    from spacy_accelerate.samples.pipelines import ensure_sample
 
     nlp = spacy.load(ensure_sample(sample))
     spacy_accelerate.optimize(nlp, provider, precision)

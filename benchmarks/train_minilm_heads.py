@@ -3,7 +3,7 @@
     python benchmarks/train_minilm_heads.py --output benchmarks/results/minilm-ewt.json
 
 The heads (tagger, parser, NER) are trained on UD-EWT dev over the frozen all-MiniLM-L6-v2
-encoder, see :mod:`spacy_accelerate.samples.trained`.  The report gives tag accuracy, UAS/LAS
+encoder, see :mod:`spacy_accelerate_samples.trained`.  The report gives tag accuracy, UAS/LAS
 and NER P/R/F on test, the build's training record, and whether the encoder weights are
 identical to the untrained "minilm" sample's (they must be: only the heads are trained).
 """
@@ -22,16 +22,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import spacy  # noqa: E402
-
-from spacy_accelerate.benchmark import write_report  # noqa: E402
-from spacy_accelerate.fingerprint import package_versions  # noqa: E402
-from spacy_accelerate.samples.pipelines import ensure_sample  # noqa: E402
-from spacy_accelerate.samples.trained import (  # noqa: E402
+from spacy_accelerate_samples.pipelines import ensure_sample  # noqa: E402
+from spacy_accelerate_samples.trained import (  # noqa: E402
     encoder_state_digest,
     ensure_trained_sample,
     evaluate_on_ewt_test,
     same_encoder_weights,
 )
+
+from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
+from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 
 
 def _log(message: str) -> None:

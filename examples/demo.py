@@ -1,6 +1,6 @@
 """Accelerate a real spaCy transformer pipeline and compare it with PyTorch.
 
-The same as ``python -m spacy_accelerate demo`` (see :mod:`spacy_accelerate.demo`):
+The same as ``python -m spacy_accelerate demo`` (see :mod:`spacy_accelerate_samples.demo`):
 MiniLM-L6 with real weights and heads trained on UD-EWT dev, built offline on
 the first run, then UD-EWT test documents through PyTorch and through the
 accelerated pipeline (fp32 and int8), alternating; prints words per second,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from spacy_accelerate.demo import run_demo
+from spacy_accelerate_samples.demo import run_demo
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from spacy_accelerate.doc_outputs import all_hidden_states as all_hidden
-from spacy_accelerate.doc_outputs import last_hidden_state as last_hidden
+from spacy_accelerate.bench.doc_outputs import all_hidden_states as all_hidden
+from spacy_accelerate.bench.doc_outputs import last_hidden_state as last_hidden
 
 __all__ = [
     "EDGE_TEXTS",

@@ -7,9 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from spacy_accelerate.samples import ewt
-from spacy_accelerate.samples.pipelines import SAMPLES_ENV_VAR, ensure_sample
+from spacy_accelerate_samples import ewt
+from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR, ensure_sample
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -40,7 +39,8 @@ def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None
     if request.node.get_closest_marker("real_speed") is not None:
         yield
         return
-    from spacy_accelerate import openvino_quantize, openvino_speed
+    from spacy_accelerate.backends.openvino import quantize as openvino_quantize
+    from spacy_accelerate.backends.openvino import speed as openvino_speed
 
     def faster(candidate, baseline, items, name):
         return openvino_speed.Race(0.5, 1.0, name, min(len(items), openvino_speed.TIMED_ITEMS))

@@ -12,25 +12,28 @@ import onnx
 import pytest
 import spacy
 
-from spacy_accelerate import openvino_runtime, providers
 from spacy_accelerate.architectures import detect_architecture
-from spacy_accelerate.calibration import CalibrationSource
-from spacy_accelerate.config import Precision, Provider, build_config
-from spacy_accelerate.encoder_inputs import EncoderInputs
-from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
-from spacy_accelerate.export import export_onnx
-from spacy_accelerate.gate import Gate, recorded_report_meets
-from spacy_accelerate.openvino_float_layers import with_float_layers
-from spacy_accelerate.openvino_quantize import (
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends import registry as providers
+from spacy_accelerate.backends.onnxruntime import backend as ort_backend
+from spacy_accelerate.backends.openvino import session as openvino_runtime
+from spacy_accelerate.backends.openvino.float_layers import with_float_layers
+from spacy_accelerate.backends.openvino.quantize import (
     FloatLayers,
     nodes_by_layer,
     plan_ladder,
-    search_ladder,
 )
-from spacy_accelerate.parity import read_pieces
-from spacy_accelerate.shim import find_shim
-from spacy_accelerate.spot_check import spot_check_gate
-from spacy_accelerate.validate import find_transformer_components
+from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.export.onnx import export_onnx
+from spacy_accelerate.options.config import Precision, Provider
+from spacy_accelerate.options.gate import Gate, recorded_report_meets
+from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline.calibration import CalibrationSource
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.verify.parity import read_pieces
+from spacy_accelerate.verify.plan_search import bisect_ladder
+from spacy_accelerate.verify.spot_check import spot_check_gate
 
 
 def test_read_pieces_leave_out_each_rows_span_markers_and_padding():
@@ -110,7 +113,7 @@ def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int, f
             tried.append(len(plan.layers))
             return Attempt(plan, len(plan.layers) >= needed)
 
-        found = search_ladder(ladder, attempt)
+        found = bisect_ladder(ladder, attempt)
         assert found is not None
         passing = [plan for plan in ladder if len(plan.layers) >= needed]
         if passing:
@@ -118,7 +121,7 @@ def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int, f
         else:  # even the most float layers fail: refused after that one attempt
             assert not found.passed and tried == [len(ladder[-1].layers)]
         assert len(tried) <= 1 + math.ceil(math.log2(len(ladder)))
-    assert search_ladder([], attempt) is None
+    assert bisect_ladder([], attempt) is None
 
 
 def exported_sample(sample_path: Callable[[str], Path], sample: str, folder: Path):
@@ -284,7 +287,7 @@ def test_openvino_is_listed_without_onnxruntime(monkeypatch: pytest.MonkeyPatch)
     def missing():
         raise ProviderUnavailableError("ONNX Runtime is not installed")
 
-    monkeypatch.setattr(providers, "import_onnxruntime", missing)
+    monkeypatch.setattr(ort_backend, "import_onnxruntime", missing)
     assert providers.listed_providers() == {Provider.OPENVINO}
 
 

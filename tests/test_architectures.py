@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from spacy_accelerate_samples import load_sample
 from transformers import BertConfig, BertModel
 
 from spacy_accelerate import ConversionError
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.base import bert_like_state_dict
-from spacy_accelerate.cache import ModelCache
-from spacy_accelerate.config import build_config
-from spacy_accelerate.exported import get_or_export
-from spacy_accelerate.providers import check_provider
-from spacy_accelerate.proxy import make_proxy
-from spacy_accelerate.samples import load_sample
-from spacy_accelerate.verification import random_rows
+from spacy_accelerate.backends.registry import check_provider
+from spacy_accelerate.build.get_or_export import get_or_export
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline.proxy import make_proxy
+from spacy_accelerate.verify.verification import random_rows
 
 
 def curated(sample_path: Callable[[str], Path], name: str) -> torch.nn.Module:

@@ -17,7 +17,7 @@ import filelock
 import pytest
 
 import spacy_accelerate
-from spacy_accelerate.cache import (
+from spacy_accelerate.cache.store import (
     MANIFEST_NAME,
     OWNER_MARK,
     CacheEntry,
@@ -366,7 +366,7 @@ def test_entries_size_evict_and_clear(cache: ModelCache, built: CacheEntry) -> N
 _WORKER = """
 import json, sys, time
 from pathlib import Path
-from spacy_accelerate.cache import ModelCache
+from spacy_accelerate.cache.store import ModelCache
 
 root, key, counter, ready, go = sys.argv[1:6]
 Path(ready).touch()
@@ -557,7 +557,7 @@ def test_an_entry_without_a_file_its_user_needs_is_rebuilt(
 def test_a_lock_wait_says_who_holds_it_and_lock_timeout_ends_it(
     cache: ModelCache, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spacy_accelerate import cache_lock
+    from spacy_accelerate.cache import lock as cache_lock
 
     monkeypatch.setattr(cache_lock, "NOTICE_AFTER", 0.2)
     cache._ensure_root()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import spacy
 from click.testing import Result
+from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR
 from typer.testing import CliRunner
 
 import spacy_accelerate
-from spacy_accelerate.cli import app
-from spacy_accelerate.samples.pipelines import SAMPLES_ENV_VAR
+from spacy_accelerate.cli.app import app
 
 runner = CliRunner()
 

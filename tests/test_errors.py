@@ -27,9 +27,9 @@ from spacy_accelerate import (
     SpacyAccelerateError,
     UnsupportedArchitectureError,
 )
-from spacy_accelerate import providers as providers_module
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.bert import BertArchitecture
+from spacy_accelerate.runtime import providers as providers_module
 
 
 @pytest.fixture()

@@ -20,12 +20,12 @@ import torch
 from annotations import all_hidden, disagreements, last_hidden, max_abs_diff, run
 from spacy.language import Language
 from spacy.training import Example
+from spacy_accelerate_samples import load_sample
 from spacy_transformers.data_classes import TransformerData
 
 import spacy_accelerate
 from spacy_accelerate import InferenceOnlyError
-from spacy_accelerate.proxy import AcceleratedEncoder, AcceleratedHFModel
-from spacy_accelerate.samples import load_sample
+from spacy_accelerate.pipeline.proxy import AcceleratedEncoder, AcceleratedHFModel
 
 TOLERANCE = 1e-4
 DOCUMENTS = 40

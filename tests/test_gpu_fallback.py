@@ -18,8 +18,13 @@ import torch
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
-from spacy_accelerate import accelerate, providers, runtime
-from spacy_accelerate.config import Provider, build_config
+from spacy_accelerate import api as accelerate
+from spacy_accelerate.backends import registry as providers
+from spacy_accelerate.backends.fallback import fallback_chain
+from spacy_accelerate.backends.onnxruntime import session as runtime
+from spacy_accelerate.backends.onnxruntime.provider_options import import_onnxruntime
+from spacy_accelerate.backends.onnxruntime.session import engine_failures
+from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.errors import (
     ConversionError,
     EngineBuildError,
@@ -27,9 +32,8 @@ from spacy_accelerate.errors import (
     InvalidOptionError,
     ProviderUnavailableError,
 )
-from spacy_accelerate.fallback import fallback_chain
-from spacy_accelerate.providers import check_provider, import_onnxruntime
-from spacy_accelerate.runtime import engine_failures
+from spacy_accelerate.options.config import Provider
+from spacy_accelerate.options.request import build_config
 
 ort = import_onnxruntime()
 TEXTS_USED = 16

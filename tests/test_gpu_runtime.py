@@ -21,31 +21,35 @@ from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
-from spacy_accelerate.buckets import BucketPlan, default_batch_buckets, pad_into, unpad
-from spacy_accelerate.cache import ModelCache
-from spacy_accelerate.config import Precision, Provider, build_config
-from spacy_accelerate.cuda_graphs import (
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.onnxruntime.cuda_graphs import (
     FIRST_GRAPH_ID,
     GRAPH_ID_OPTION,
     NO_GRAPH,
     GraphBook,
 )
-from spacy_accelerate.encoder_inputs import EncoderInputs
+from spacy_accelerate.backends.onnxruntime.graph import graph_plan, optimize_graph
+from spacy_accelerate.backends.onnxruntime.io_binding import BoundRunner
+from spacy_accelerate.backends.onnxruntime.provider_options import (
+    SessionLayout,
+    execution_providers,
+    import_onnxruntime,
+)
+from spacy_accelerate.backends.onnxruntime.session import EncoderSession, HostRunner
+from spacy_accelerate.backends.registry import check_provider, session_layout
+from spacy_accelerate.build.get_or_export import get_or_export
+from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import InvalidInputError, InvalidOptionError
-from spacy_accelerate.export import MODEL_FILE, export_onnx, graph_plan, optimize_graph
-from spacy_accelerate.exported import get_or_export
-from spacy_accelerate.gate import Gate
-from spacy_accelerate.gpu_options import GpuOptions, TensorRTOptions
-from spacy_accelerate.io_binding import BoundRunner
-from spacy_accelerate.parity import check_parity
-from spacy_accelerate.provider_options import SessionLayout, execution_providers
-from spacy_accelerate.providers import check_provider, import_onnxruntime
-from spacy_accelerate.runtime import EncoderSession, HostRunner
-from spacy_accelerate.session_layout import session_layout
-from spacy_accelerate.shim import SpanSettings, find_shim
-from spacy_accelerate.validate import find_transformer_components
-from spacy_accelerate.verification import random_rows
-from spacy_accelerate.warmup import warm_shapes
+from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
+from spacy_accelerate.options.config import Precision, Provider
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
+from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.runtime.buckets import BucketPlan, default_batch_buckets, pad_into, unpad
+from spacy_accelerate.verify.parity import check_parity
+from spacy_accelerate.verify.verification import random_rows
 
 ort = import_onnxruntime()
 
@@ -290,8 +294,7 @@ def test_every_warm_bucket_gets_its_own_graph(roberta_session):
     )
     runner = bound_runner(spec, session, plan, graphs=True)
     last = spec.hidden_state_names[-1:]
-    shapes = warm_shapes(runner, SpanSettings(window=64, stride=48, batch_size=2), spec)
-    assert shapes == plan.warm_shapes()
+    shapes = runner.plan.warm_shapes()  # what a GPU session warms up
     for rows, length in shapes:
         runner.run(random_feeds(spec, rows, length, seed=rows + length), last)
     assert runner.graphs.captured == len(plan.warm_shapes()) == 4

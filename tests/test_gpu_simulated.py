@@ -20,16 +20,16 @@ import torch
 from annotations import run
 
 import spacy_accelerate
-from spacy_accelerate import runtime
-from spacy_accelerate.benchmark import agreement
-from spacy_accelerate.config import Provider
-from spacy_accelerate.cuda_graphs import GraphBook
-from spacy_accelerate.doc_outputs import token_cosines
-from spacy_accelerate.export import MODEL_FILE
-from spacy_accelerate.io_binding import BoundRunner
-from spacy_accelerate.providers import import_onnxruntime
-from spacy_accelerate.shim import find_span_settings
-from spacy_accelerate.validate import find_transformer_components
+from spacy_accelerate.backends.onnxruntime import session as runtime
+from spacy_accelerate.backends.onnxruntime.cuda_graphs import GraphBook
+from spacy_accelerate.backends.onnxruntime.io_binding import BoundRunner
+from spacy_accelerate.backends.onnxruntime.provider_options import import_onnxruntime
+from spacy_accelerate.bench.doc_outputs import token_cosines
+from spacy_accelerate.bench.side_by_side import agreement
+from spacy_accelerate.export.onnx import MODEL_FILE
+from spacy_accelerate.options.config import Provider
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.shim import find_span_settings
 
 ort = import_onnxruntime()
 BUCKETS = (1, 2, 4, 8)

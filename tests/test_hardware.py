@@ -10,10 +10,13 @@ from __future__ import annotations
 import pytest
 from cpus import AMX_XEON, ARM, AVX2_EPYC, AVX512_EPYC, SIMULATED
 
-from spacy_accelerate import PrecisionUnavailableError, openvino_runtime, providers
-from spacy_accelerate.config import Precision, Provider, build_config
+from spacy_accelerate import PrecisionUnavailableError
+from spacy_accelerate.backends import registry as providers
+from spacy_accelerate.backends.onnxruntime.quantize import recipe_for
+from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
-from spacy_accelerate.quantize import recipe_for
+from spacy_accelerate.options.config import Precision, Provider
+from spacy_accelerate.options.request import build_config
 
 #: What each simulated CPU must get: bf16 hint for int8's float layers, the hints dynamic
 #: int8 is tried in, whether a bf16 hint quantizes activations at run time, what an int8

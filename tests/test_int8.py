@@ -14,13 +14,18 @@ from annotations import last_hidden
 from spacy.language import Language
 
 import spacy_accelerate
-from spacy_accelerate import AccuracyError, exported
-from spacy_accelerate import config as config_module
-from spacy_accelerate.cache import MANIFEST_NAME
-from spacy_accelerate.config import build_config
+from spacy_accelerate import AccuracyError
+from spacy_accelerate.backends.onnxruntime.quantize import (
+    DEFAULT_INT8_RECIPE,
+    KeepFloat,
+    recipe_for,
+)
+from spacy_accelerate.build import get_or_export as exported
+from spacy_accelerate.cache.store import MANIFEST_NAME
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
-from spacy_accelerate.export import MODEL_FILE
-from spacy_accelerate.quantize import DEFAULT_INT8_RECIPE, KeepFloat, recipe_for
+from spacy_accelerate.export.onnx import MODEL_FILE
+from spacy_accelerate.options import config as config_module
+from spacy_accelerate.options.request import build_config
 
 
 @pytest.fixture()

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+from spacy_accelerate_samples import ewt
+from spacy_accelerate_samples.trained import ensure_trained_sample
 
 import spacy_accelerate
-from spacy_accelerate.benchmark import agreement
-from spacy_accelerate.doc_outputs import token_cosines
-from spacy_accelerate.samples import ewt
-from spacy_accelerate.samples.trained import ensure_trained_sample
+from spacy_accelerate.bench.doc_outputs import token_cosines
+from spacy_accelerate.bench.side_by_side import agreement
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import spacy
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
-from spacy_accelerate.length_groups import (
+from spacy_accelerate.runtime.length_groups import (
     GROUP_COST,
     LENGTH_MULTIPLE,
     plan_groups,

@@ -18,9 +18,10 @@ from spacy.training import Example
 from spacy.util import registry
 
 import spacy_accelerate
-from spacy_accelerate import InferenceOnlyError, exported
-from spacy_accelerate.guard import TRAINING_METHODS
-from spacy_accelerate.persist import CALLBACK_NAME
+from spacy_accelerate import InferenceOnlyError
+from spacy_accelerate.build import get_or_export as exported
+from spacy_accelerate.pipeline.persist import CALLBACK_NAME
+from spacy_accelerate.pipeline.training_guard import TRAINING_METHODS
 
 TOLERANCE = 1e-4
 

@@ -16,22 +16,19 @@ from annotations import EDGE_TEXTS, disagreements, max_abs_diff, run, run_each, 
 from cpus import AMX_XEON, AVX2_EPYC, AVX512_EPYC, SIMULATED
 
 import spacy_accelerate
-from spacy_accelerate import (
-    calibration,
-    exported,
-    openvino_quantize,
-    openvino_runtime,
-    openvino_speed,
-    session_layout,
-)
 from spacy_accelerate import cpu_features as cpu_features_module
+from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.benchmark import agreement
-from spacy_accelerate.cache import OWNER_MARK
-from spacy_accelerate.config import Precision, Provider
+from spacy_accelerate.backends import registry as session_layout
+from spacy_accelerate.backends.openvino import quantize as openvino_quantize
+from spacy_accelerate.backends.openvino import session as openvino_runtime
+from spacy_accelerate.backends.openvino import speed as openvino_speed
+from spacy_accelerate.backends.openvino.session import IR_FILE, IR_WEIGHTS, OpenVINORunner
+from spacy_accelerate.bench.doc_outputs import token_cosines
+from spacy_accelerate.bench.side_by_side import agreement
+from spacy_accelerate.build import get_or_export as exported
+from spacy_accelerate.cache.store import OWNER_MARK
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
-from spacy_accelerate.doc_outputs import token_cosines
-from spacy_accelerate.encoder_inputs import EncoderInputs
 from spacy_accelerate.errors import (
     AccuracyError,
     InvalidOptionError,
@@ -39,8 +36,9 @@ from spacy_accelerate.errors import (
     PrecisionUnavailableError,
     ProviderUnavailableError,
 )
-from spacy_accelerate.openvino_runtime import IR_FILE, IR_WEIGHTS, OpenVINORunner
-from spacy_accelerate.verification import Verification
+from spacy_accelerate.options.config import Precision, Provider
+from spacy_accelerate.pipeline import calibration
+from spacy_accelerate.verify.verification import Verification
 
 TEXTS = 32
 
@@ -187,7 +185,7 @@ def test_a_damaged_compiled_blob_is_compiled_again_not_served(
     assert disagreements(expected, run(again, texts, 8), again) == []
     assert "did not match their record" in caplog.text
     assert blob.read_bytes() != bytes(data)  # written again by the new compile
-    assert spacy_accelerate.cache.ModelCache(cache_dir).evict(key)
+    assert spacy_accelerate.cache.store.ModelCache(cache_dir).evict(key)
     assert not blob.parent.exists()  # the entry's blobs go with it
 
 
@@ -214,7 +212,7 @@ def test_blobs_that_cannot_be_checked_are_not_read(
         compiled_with.append(cache_dir)
         return real_session(*args, cache_dir=cache_dir)
 
-    monkeypatch.setattr(spacy_accelerate.cache.ModelCache, "compiled_lock", unwritable)
+    monkeypatch.setattr(spacy_accelerate.cache.store.ModelCache, "compiled_lock", unwritable)
     monkeypatch.setattr(session_layout, "OpenVINOSession", session)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)
@@ -230,7 +228,7 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     import nncf  # read from its metadata, not imported: the same version, so the same keys
 
     assert key["nncf"] == nncf.__version__
-    config = spacy_accelerate.config.build_config("openvino", "fp32")
+    config = spacy_accelerate.options.config.build_config("openvino", "fp32")
     spec, checks = _TINY_SPEC, Verification(window=16)
     assert exported._export_options(config, spec, checks)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
@@ -247,7 +245,7 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
         avx2 = openvino_runtime.openvino_key(Precision.INT8)
     with simulated(AVX512_EPYC):
         assert openvino_runtime.openvino_key(Precision.INT8)["cpu_kernels"] != avx2["cpu_kernels"]
-    cpu = spacy_accelerate.config.build_config("cpu", "fp32")
+    cpu = spacy_accelerate.options.config.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu, spec, checks)
 
 
@@ -339,7 +337,7 @@ def test_int8_that_changes_the_pipelines_annotations_is_refused(
     assert "min_agreement" in message  # says what to change
     assert not spacy_accelerate.is_optimized(nlp)
     # The decision is what the entry keeps (no model): a warm start reads it, in seconds.
-    (entry,) = spacy_accelerate.cache.ModelCache(cache_dir).entries()
+    (entry,) = spacy_accelerate.cache.store.ModelCache(cache_dir).entries()
     assert set(entry.manifest["files"]) == {OWNER_MARK, "refusal.json"}
     import nncf
 
@@ -366,7 +364,7 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     parity = proxy.exported.parity
     assert parity.gate.min_mean_cosine == 0.995 and parity.gate.min_cosine == 0.95
     assert parity.worst_mean_cosine >= 0.995 and parity.read_pieces > 1000
-    entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
+    entry = spacy_accelerate.cache.store.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["plan"] == parity.plan
     assert re.fullmatch(
         r"all layers int8|dynamic int8 \(.+\)|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan
@@ -510,7 +508,7 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     assert judged[1:] == ["f32, groups of 32"]
     # Why the faster plan was not served is on record, in the manifest too.
     assert proxy.exported.refused == tuple(refused)
-    entry = spacy_accelerate.cache.ModelCache(cache_dir).lookup(proxy.exported.key)
+    entry = spacy_accelerate.cache.store.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["refused"] == refused
     assert entry.manifest["built"]["compiled_as"] == proxy.exported.compiled_as
     assert _plan_settings(proxy.session) == "f32, groups of 32"
@@ -626,7 +624,7 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
     assert mine.key != builtin.key and not builtin.cache_hit
     digests = {
         entry.manifest["key_inputs"]["export"]["calibration_sha256"]
-        for entry in spacy_accelerate.cache.ModelCache(cache_dir).entries()
+        for entry in spacy_accelerate.cache.store.ModelCache(cache_dir).entries()
     }
     assert digests == {
         calibration.texts_digest(private),
@@ -641,8 +639,13 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
 
 def test_calibration_texts_are_validated():
     with pytest.raises(InvalidOptionError, match="calibration_texts must be"):
-        spacy_accelerate.config.build_config("openvino", "int8", calibration_texts="one text")
-    assert spacy_accelerate.config.build_config("openvino", "int8").gate().min_mean_cosine == 0.995
+        spacy_accelerate.options.config.build_config(
+            "openvino", "int8", calibration_texts="one text"
+        )
+    assert (
+        spacy_accelerate.options.config.build_config("openvino", "int8").gate().min_mean_cosine
+        == 0.995
+    )
 
 
 def test_too_few_calibration_tokens_are_refused_before_any_work(

@@ -13,10 +13,10 @@ import spacy
 import torch
 
 import spacy_accelerate
-from spacy_accelerate import exported as exported_module
-from spacy_accelerate.cache import ModelCache
-from spacy_accelerate.export import MODEL_FILE
-from spacy_accelerate.proxy import AcceleratedEncoder
+from spacy_accelerate.build import get_or_export as exported_module
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.export.onnx import MODEL_FILE
+from spacy_accelerate.pipeline.proxy import AcceleratedEncoder
 
 
 def optimize(nlp: spacy.language.Language, cache_dir: Path) -> AcceleratedEncoder:

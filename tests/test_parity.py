@@ -25,8 +25,8 @@ from annotations import (
 )
 
 import spacy_accelerate
-from spacy_accelerate.shim import find_shim, find_span_settings
-from spacy_accelerate.validate import find_transformer_components
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.shim import find_shim, find_span_settings
 
 BATCH_SIZES = (1, 7, 64)
 TOLERANCE = 1e-4

@@ -32,17 +32,19 @@ from annotations import annotations, disagreements, run
 from spacy.language import Language
 
 import spacy_accelerate
-from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError, cache_lock, exported
-from spacy_accelerate.cache import MANIFEST_NAME, ModelCache, sha256_file
-from spacy_accelerate.config import MissingCache
-from spacy_accelerate.exported import PARITY_FILE, storage_failure
-from spacy_accelerate.parity import check_parity
-from spacy_accelerate.patch import CONVERT_INPUTS, PassLayerFlag
-from spacy_accelerate.runtime import EncoderSession
-from spacy_accelerate.session_layout import session_layout
-from spacy_accelerate.shim import find_shim
-from spacy_accelerate.validate import find_transformer_components
-from spacy_accelerate.verification import random_rows
+from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError
+from spacy_accelerate.backends.onnxruntime.session import EncoderSession
+from spacy_accelerate.backends.registry import session_layout
+from spacy_accelerate.build import get_or_export as exported
+from spacy_accelerate.build.get_or_export import PARITY_FILE, storage_failure
+from spacy_accelerate.cache import lock as cache_lock
+from spacy_accelerate.cache.store import MANIFEST_NAME, ModelCache, sha256_file
+from spacy_accelerate.options.config import MissingCache
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.patch import CONVERT_INPUTS, PassLayerFlag
+from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.verify.parity import check_parity
+from spacy_accelerate.verify.verification import random_rows
 
 
 @pytest.fixture()
@@ -55,11 +57,11 @@ def texts(ewt_texts: list[str]) -> list[str]:
     return ewt_texts[:16]
 
 
-def _proxy(nlp: Language) -> spacy_accelerate.proxy.AcceleratedModule:
+def _proxy(nlp: Language) -> spacy_accelerate.pipeline.proxy.AcceleratedModule:
     return spacy_accelerate.accelerated_components(nlp)["transformer"]
 
 
-def _location(nlp: Language) -> spacy_accelerate.shim.ShimLocation:
+def _location(nlp: Language) -> spacy_accelerate.pipeline.shim.ShimLocation:
     return find_shim(find_transformer_components(nlp)[0])
 
 
@@ -82,7 +84,7 @@ def test_cache_clear_on_the_command_line_keeps_a_users_files(
 ):
     from typer.testing import CliRunner
 
-    from spacy_accelerate.cli import app
+    from spacy_accelerate.cli.app import app
 
     spacy_accelerate.optimize(roberta, "openvino", "fp32", cache_dir=cache_dir)
     thesis = tmp_path / "thesis"
@@ -473,7 +475,7 @@ def test_a_failed_load_leaves_the_pipeline_accelerated_as_before(
 def test_a_load_that_cannot_be_accelerated_again_leaves_a_plain_pipeline(
     roberta: Language, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from spacy_accelerate import accelerate
+    from spacy_accelerate import api as accelerate
 
     spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=cache_dir)
 
@@ -556,8 +558,7 @@ def test_a_pipeline_saved_without_cache_dir_keeps_following_the_environment(
 
 
 def test_calibration_texts_stay_in_memory_for_new_weights_but_never_go_out():
-    from spacy_accelerate.config import build_config
-    from spacy_accelerate.persist import OptimizeRequest
+    from spacy_accelerate.options.request import OptimizeRequest, build_config
 
     texts = ["A private calibration text about Ms. Quillfeather."] * 3
     request = OptimizeRequest.from_config(
@@ -592,7 +593,7 @@ def test_a_cache_folder_that_is_a_link_is_cleared(roberta: Language, tmp_path: P
 
 
 def test_a_recorded_folder_is_usable_only_if_it_can_really_be_written(tmp_path: Path):
-    from spacy_accelerate.cache_location import usable
+    from spacy_accelerate.cache.location import usable
 
     assert usable(tmp_path / "new" / "cache")  # can be made
     assert not usable(Path("/proc/no-such/cache"))  # root's permission bits say yes

@@ -15,8 +15,7 @@ import pytest
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
-
-from spacy_accelerate.samples import (
+from spacy_accelerate_samples import (
     CURATED_SAMPLE_NAMES,
     SAMPLE_NAMES,
     SPACY_TRANSFORMERS_SAMPLE_NAMES,
@@ -37,8 +36,8 @@ from spacy_accelerate.samples import (
     scalar_weight_modules,
     to_gold_doc,
 )
-from spacy_accelerate.samples.curated import ALBERT_SPEC, XLMR_SPEC
-from spacy_accelerate.samples.pipelines import (
+from spacy_accelerate_samples.curated import ALBERT_SPEC, XLMR_SPEC
+from spacy_accelerate_samples.pipelines import (
     BERT_SPEC,
     PIECE_VOCAB_DIR,
     ROBERTA_SPEC,
@@ -357,8 +356,8 @@ def test_registry_names_every_sample() -> None:
 
 def test_trf_base_has_the_shape_of_en_core_web_trf(sample_path: Callable[[str], Path]) -> None:
     from spacy_accelerate.architectures import detect_architecture
-    from spacy_accelerate.shim import find_span_settings
-    from spacy_accelerate.validate import find_transformer_components
+    from spacy_accelerate.pipeline.components import find_transformer_components
+    from spacy_accelerate.pipeline.shim import find_span_settings
 
     nlp = spacy.load(sample_path("trf-base"))
     assert nlp.pipe_names == ["transformer", "tagger", "parser", "ner"]
@@ -451,7 +450,7 @@ def test_fairseq_piece_ids_match_the_hf_tokenizer(
 def test_albert_has_groups_inner_layers_and_factorised_embeddings(
     loaded: Callable[[str], Language],
 ) -> None:
-    from spacy_accelerate.samples.albert_architecture import ALBERT_ARCHITECTURE
+    from spacy_accelerate_samples.albert_architecture import ALBERT_ARCHITECTURE
 
     nlp = loaded("albert")
     model_config = nlp.config["components"]["transformer"]["model"]

@@ -4,12 +4,11 @@
 >>> nlp = spacy_accelerate.optimize(spacy.load("en_core_web_trf"), provider="cpu")
 """
 
-from ._version import __version__
-from .accelerate import accelerated_components, is_optimized, optimize, restore
-from .cache import default_cache_dir
-from .cached import CachedModel, cache_size, clear_cache, list_cached
-from .config import OptimizeConfig, Precision, Provider
-from .errors import (
+from spacy_accelerate._version import __version__
+from spacy_accelerate.api import accelerated_components, is_optimized, optimize, restore
+from spacy_accelerate.cache.listing import CachedModel, cache_size, clear_cache, list_cached
+from spacy_accelerate.cache.store import default_cache_dir
+from spacy_accelerate.errors import (
     AccuracyError,
     AgreementError,
     CacheError,
@@ -24,7 +23,8 @@ from .errors import (
     SpacyAccelerateError,
     UnsupportedArchitectureError,
 )
-from .gpu_options import GpuOptions, TensorRTOptions
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
 
 __all__ = [
     "__version__",

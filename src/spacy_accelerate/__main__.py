@@ -1,3 +1,3 @@
-from .cli import main
+from spacy_accelerate.cli.app import main
 
 main()

@@ -16,13 +16,13 @@ import torch
 from curated_transformers.models.curated_transformer import CuratedTransformer
 from transformers import PreTrainedModel
 
-from ..errors import UnsupportedArchitectureError
-from .albert import AlbertArchitecture
-from .base import Architecture
-from .bert import BertArchitecture
-from .huggingface import HF_FAMILIES, HuggingFaceArchitecture
-from .roberta import RobertaArchitecture
-from .spec import EncoderSpec
+from spacy_accelerate.architectures.albert import AlbertArchitecture
+from spacy_accelerate.architectures.base import Architecture
+from spacy_accelerate.architectures.bert import BertArchitecture
+from spacy_accelerate.architectures.huggingface import HF_FAMILIES, HuggingFaceArchitecture
+from spacy_accelerate.architectures.roberta import RobertaArchitecture
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.errors import UnsupportedArchitectureError
 
 #: Supported curated families, keyed by the curated encoder class. RoBERTa's
 #: encoder also carries XLM-R and CamemBERT, which differ only in their pieces.

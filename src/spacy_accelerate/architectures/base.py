@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig, PreTrainedModel
 
-from ..errors import ConversionError
-from .spec import EncoderSpec
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.errors import ConversionError
 
 if TYPE_CHECKING:  # the inputs module imports this package
-    from ..encoder_inputs import EncoderInputs
+    from spacy_accelerate.architectures.inputs import EncoderInputs
 
 Tensors = dict[str, torch.Tensor]
 

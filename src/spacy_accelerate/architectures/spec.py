@@ -18,7 +18,7 @@ from curated_transformers.models.activations import GeluNew
 from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.bert.layer import BertEncoderLayer
 
-from ..errors import InvalidInputError, UnsupportedArchitectureError
+from spacy_accelerate.errors import InvalidInputError, UnsupportedArchitectureError
 
 #: ONNX name of the pooled output (Hugging Face models with a pooler only).
 POOLER_OUTPUT = "pooler_output"

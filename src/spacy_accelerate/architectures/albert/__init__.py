@@ -1,3 +1,3 @@
-from .convert import AlbertArchitecture
+from spacy_accelerate.architectures.albert.convert import AlbertArchitecture
 
 __all__ = ["AlbertArchitecture"]

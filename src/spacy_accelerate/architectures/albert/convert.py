@@ -10,11 +10,13 @@ up one to one; only the names differ.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from curated_transformers.models.albert.encoder import AlbertEncoder
 from transformers import AlbertConfig, AlbertModel, PretrainedConfig
 
-from ..base import (
+from spacy_accelerate.architectures.base import (
     Architecture,
     Tensors,
     TensorTaker,
@@ -22,7 +24,7 @@ from ..base import (
     take_embeddings,
     take_split_qkv,
 )
-from ..spec import EncoderSpec, read_bert_like_spec
+from spacy_accelerate.architectures.spec import EncoderSpec, read_bert_like_spec
 
 # curated BERT-layer parameter -> Hugging Face ALBERT-layer parameter.
 _LAYER_RENAMES = {
@@ -41,16 +43,17 @@ class AlbertArchitecture(Architecture):
 
     @classmethod
     def read_spec(cls, encoder: torch.nn.Module) -> EncoderSpec:
-        layers = [layer for group in encoder.groups for layer in group.group_layers]
+        curated: Any = encoder  # curated-transformers ships no type information
+        layers = [layer for group in curated.groups for layer in group.group_layers]
         return read_bert_like_spec(
             family=cls.family,
-            embeddings=encoder.embeddings,
+            embeddings=curated.embeddings,
             layers=layers,
-            padding_idx=encoder.padding_idx,
-            model_max_length=encoder.max_seq_len,
-            num_hidden_layers=encoder.num_hidden_layers,
-            num_hidden_groups=len(encoder.groups),
-            inner_group_num=len(encoder.groups[0].group_layers),
+            padding_idx=curated.padding_idx,
+            model_max_length=curated.max_seq_len,
+            num_hidden_layers=curated.num_hidden_layers,
+            num_hidden_groups=len(curated.groups),
+            inner_group_num=len(curated.groups[0].group_layers),
             projected=True,
         )
 

@@ -1,3 +1,3 @@
-from .convert import BertArchitecture
+from spacy_accelerate.architectures.bert.convert import BertArchitecture
 
 __all__ = ["BertArchitecture"]

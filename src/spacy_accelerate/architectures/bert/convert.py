@@ -6,15 +6,20 @@ stack and differ in where the embeddings live and in the Hugging Face classes.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.bert.encoder import BertEncoder
 from transformers import BertConfig, BertModel, PretrainedConfig
 
-from ..base import Architecture, Tensors, bert_like_config_kwargs, bert_like_state_dict
-from ..spec import EncoderSpec, read_bert_like_spec
+from spacy_accelerate.architectures.base import (
+    Architecture,
+    Tensors,
+    bert_like_config_kwargs,
+    bert_like_state_dict,
+)
+from spacy_accelerate.architectures.spec import EncoderSpec, read_bert_like_spec
 
 
 class BertArchitecture(Architecture):
@@ -31,12 +36,13 @@ class BertArchitecture(Architecture):
 
     @classmethod
     def read_spec(cls, encoder: torch.nn.Module) -> EncoderSpec:
+        curated: Any = encoder  # curated-transformers ships no type information
         return read_bert_like_spec(
             family=cls.family,
             embeddings=cls.embeddings(encoder),
-            layers=encoder.layers,
-            padding_idx=encoder.padding_idx,
-            model_max_length=encoder.max_seq_len,
+            layers=curated.layers,
+            padding_idx=curated.padding_idx,
+            model_max_length=curated.max_seq_len,
         )
 
     @classmethod

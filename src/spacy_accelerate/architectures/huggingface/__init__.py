@@ -1,3 +1,7 @@
-from .passthrough import HF_FAMILIES, HuggingFaceArchitecture, HuggingFaceFamily
+from spacy_accelerate.architectures.huggingface.passthrough import (
+    HF_FAMILIES,
+    HuggingFaceArchitecture,
+    HuggingFaceFamily,
+)
 
 __all__ = ["HF_FAMILIES", "HuggingFaceArchitecture", "HuggingFaceFamily"]

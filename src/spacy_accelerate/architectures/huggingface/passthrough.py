@@ -29,12 +29,12 @@ from transformers import (
 )
 from transformers.utils import ModelOutput
 
-from ...errors import ConversionError, UnsupportedArchitectureError
-from ..base import Architecture, Tensors, module_device
-from ..spec import EncoderSpec
+from spacy_accelerate.architectures.base import Architecture, Tensors, module_device
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.errors import ConversionError, UnsupportedArchitectureError
 
 if TYPE_CHECKING:  # the inputs module imports this package
-    from ...encoder_inputs import EncoderInputs
+    from spacy_accelerate.architectures.inputs import EncoderInputs
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class HuggingFaceArchitecture(Architecture):
     def to_hugging_face(cls, encoder: torch.nn.Module, spec: EncoderSpec) -> PreTrainedModel:
         """A float32 copy of ``encoder`` with eager attention and the very same tensors."""
         family = _family(encoder)
-        config = copy.deepcopy(encoder.config)
+        config: Any = copy.deepcopy(encoder.config)
         config._attn_implementation = "eager"
         kwargs: dict[str, Any] = {"add_pooling_layer": spec.has_pooler}
         model = type(encoder)(config, **kwargs) if family.optional_pooler else type(encoder)(config)

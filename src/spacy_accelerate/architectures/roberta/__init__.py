@@ -1,3 +1,3 @@
-from .convert import RobertaArchitecture
+from spacy_accelerate.architectures.roberta.convert import RobertaArchitecture
 
 __all__ = ["RobertaArchitecture"]

@@ -8,15 +8,16 @@ as curated-transformers does, so only the embeddings' place differs.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import torch
 from curated_transformers.models.bert.embeddings import BertEmbeddings
 from curated_transformers.models.roberta.encoder import RobertaEncoder
 from transformers import RobertaConfig, RobertaModel
 
-from ...errors import UnsupportedArchitectureError
-from ..bert.convert import BertArchitecture
-from ..spec import EncoderSpec
+from spacy_accelerate.architectures.bert.convert import BertArchitecture
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.errors import UnsupportedArchitectureError
 
 
 class RobertaArchitecture(BertArchitecture):
@@ -32,9 +33,10 @@ class RobertaArchitecture(BertArchitecture):
 
     @classmethod
     def read_spec(cls, encoder: torch.nn.Module) -> EncoderSpec:
-        if encoder.embeddings.padding_idx != encoder.padding_idx:
+        curated: Any = encoder  # curated-transformers ships no type information
+        if curated.embeddings.padding_idx != curated.padding_idx:
             raise UnsupportedArchitectureError(
-                f"The RoBERTa encoder pads with {encoder.padding_idx} but counts positions from "
-                f"{encoder.embeddings.padding_idx}; Hugging Face RoBERTa cannot represent that."
+                f"The RoBERTa encoder pads with {curated.padding_idx} but counts positions from "
+                f"{curated.embeddings.padding_idx}; Hugging Face RoBERTa cannot represent that."
             )
-        return replace(super().read_spec(encoder), position_offset=encoder.padding_idx + 1)
+        return replace(super().read_spec(encoder), position_offset=curated.padding_idx + 1)

@@ -1,0 +1,321 @@
+"""The public entry points: ``optimize()``, ``restore()`` and ``is_optimized()``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+from spacy.language import Language
+from spacy.util import registry
+
+from spacy_accelerate.architectures import detect_architecture
+from spacy_accelerate.backends.fallback import fallback_chain, serve_first
+from spacy_accelerate.backends.registry import check_provider
+from spacy_accelerate.build.get_or_export import get_or_export
+from spacy_accelerate.cache.location import saved_cache_dir
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.errors import CacheMissError
+from spacy_accelerate.options.config import MissingCache, OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.gpu import GpuOptions
+from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
+from spacy_accelerate.pipeline.calibration import agreement_judge, calibration_for, record_probe
+from spacy_accelerate.pipeline.components import (
+    declared_special_ids,
+    find_transformer_components,
+    transformer_components,
+)
+from spacy_accelerate.pipeline.patch import (
+    exclusive,
+    guard,
+    is_patched,
+    patch,
+    reads_all_layers,
+    revert,
+)
+from spacy_accelerate.pipeline.persist import (
+    CALLBACK_NAME,
+    CALLBACK_NAME_V1,
+    AfterCreation,
+    install_load_hooks,
+    record,
+    restore,
+    unpatch_all,
+)
+from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
+from spacy_accelerate.pipeline.shim import find_shim, find_span_settings
+from spacy_accelerate.pipeline.training_guard import install_training_guards
+from spacy_accelerate.pipeline.warmup import warm_up
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.verify.verification import Verification
+
+logger = logging.getLogger("spacy_accelerate")
+
+__all__ = [
+    "accelerated_components",
+    "apply_config",
+    "is_optimized",
+    "make_optimize_callback",
+    "optimize",
+    "restore",
+    "unpatch_all",
+]
+
+
+def optimize(
+    nlp: Language,
+    provider: str | Provider = "auto",
+    precision: str | Precision = "fp32",
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    warmup: bool = True,
+    verify: bool = True,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
+    threads: int | None = None,
+    device_id: int | None = None,
+    fallback: bool = False,
+    gpu: GpuOptions | Mapping[str, Any] | None = None,
+    calibration_texts: Sequence[str] | None = None,
+    min_agreement: float | None = None,
+    lock_timeout: float | None = None,
+    missing_cache: str | MissingCache = "rebuild",
+) -> Language:
+    """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
+
+    All or nothing: if any step fails for any component, every component is
+    left exactly as it was before the call (PyTorch, or an earlier
+    acceleration) and the error says why. Calling it on an optimized pipeline
+    re-optimizes it with the new options. Once accelerated, the pipeline is
+    inference-only until :func:`restore`, and ``nlp.to_disk`` saves it so that
+    ``spacy.load`` accelerates it again (see :mod:`spacy_accelerate.pipeline.persist`).
+
+    ``tolerance`` (fp32: largest absolute difference to PyTorch, default 1e-4
+    on a CPU, 1e-3 on a GPU) and ``min_cosine`` (fp16 0.999, int8 0.99) are
+    the accuracy gate. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
+    TensorRT's builder: :class:`~spacy_accelerate.GpuOptions`) shape the GPU
+    providers. OpenVINO's int8 is calibrated on ``calibration_texts`` (default: a
+    built-in English sample) and served only if, on them, the mean token cosine is
+    at least ``min_cosine`` (0.995) and the pipeline's tags and entities stay as
+    PyTorch's on at least ``min_agreement`` (0.995) of the tokens; only their sha256 and
+    count are saved with the pipeline. ``fallback=True`` walks TensorRT -> CUDA -> CPU
+    when a provider cannot run here, with a warning, instead of raising.
+    ``lock_timeout`` (seconds, default an hour) bounds the wait for another process
+    building the same model. ``missing_cache`` says what the pipeline does when it is
+    saved or pickled and loaded where its cache entry is missing: ``"rebuild"`` exports it
+    again, ``"pytorch"`` runs on PyTorch with a warning (this call always builds).
+    """
+    given = locals()
+    options = OptimizeOptions(**{f.name: given[f.name] for f in fields(OptimizeOptions)})
+    config = validate(options)  # 4. build the config (checked first: it fails fastest)
+    return apply_config(nlp, config, threads=threads)
+
+
+def apply_config(
+    nlp: Language,
+    config: OptimizeConfig,
+    *,
+    threads: int | None,
+    reloading: bool = False,
+    request: OptimizeRequest | None = None,
+) -> Language:
+    """:func:`optimize` with its options already validated; ``reloading``: a saved or
+    pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
+    it (otherwise :class:`~.exported.CacheMissError`), and records ``request`` (what was
+    loaded) rather than ``config`` (what it resolved to here)."""
+    components = find_transformer_components(nlp)  # 1. validate
+    shims = [find_shim(component) for component in components]  # 2. find the shim
+    encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
+    for location in shims:  # from here on, swaps wait for the batches in flight
+        guard(location)
+    cache = ModelCache(config.cache_dir, lock_timeout=config.lock_timeout)
+    build_allowed = not reloading or config.missing_cache is MissingCache.REBUILD
+    # What every model is checked on: random and control ids, and the pipeline's own
+    # inputs on built-in text (recorded once, on PyTorch, before anything is swapped).
+    checks = [
+        Verification(
+            window=find_span_settings(component).window,
+            special_ids=declared_special_ids(component.pipe),
+            probe=record_probe(nlp, location, detected.spec),
+        )
+        for component, location, detected in zip(components, shims, encoders, strict=True)
+    ]
+
+    def accelerate(attempt: OptimizeConfig) -> None:
+        resolved = check_provider(attempt)  # 5. check the provider
+        attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
+        previous = [location.module for location in shims]
+        try:
+            for component, location, detected, verification in zip(
+                components, shims, encoders, checks, strict=True
+            ):
+                spans = find_span_settings(component)
+                module = location.pytorch_module
+                buckets = BucketPlan.for_pipeline(
+                    attempt.gpu, detected.spec, spans.window, spans.batch_size
+                )
+                calibration = calibration_for(nlp, location, detected.spec, attempt)
+                judge = (
+                    agreement_judge(calibration, module, attempt.agreement_bound)
+                    if calibration is not None
+                    else None
+                )
+                session, exported = get_or_export(  # 6. get or export the ONNX model
+                    module,
+                    detected,
+                    attempt,
+                    resolved,
+                    cache,
+                    window=spans.window,
+                    buckets=buckets,
+                    calibration=calibration,
+                    judge=judge,
+                    verification=verification,
+                    build_allowed=build_allowed,
+                    exclusive=functools.partial(exclusive, location),
+                )
+                proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
+                patch(location, proxy)  # 8. patch
+                if attempt.warmup:
+                    warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
+        except BaseException:
+            for location, module in zip(shims, previous, strict=True):
+                revert(location, module)
+            raise
+
+    # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
+    serve_first(fallback_chain(config), accelerate)
+    _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
+    return nlp
+
+
+def _remember(nlp: Language, request: OptimizeRequest) -> None:
+    """Make the acceleration part of the pipeline: guarded against training, recorded in
+    its config for ``to_disk``, and re-applied when new weights are loaded."""
+    install_training_guards(nlp)
+    record(nlp, request)
+    install_load_hooks(nlp, request, reapply)
+
+
+def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
+    """The accelerated transformer modules of ``nlp``, by component name."""
+    found: dict[str, AcceleratedModule] = {}
+    for component in transformer_components(nlp):
+        module = find_shim(component).module
+        if isinstance(module, AcceleratedModule):
+            found[component.name] = module
+    return found
+
+
+def is_optimized(nlp: Language) -> bool:
+    """Whether every transformer component of ``nlp`` runs accelerated."""
+    locations = [find_shim(component) for component in transformer_components(nlp)]
+    return bool(locations) and all(is_patched(location) for location in locations)
+
+
+def reapply(nlp: Language, request: OptimizeRequest) -> None:
+    """Accelerate a loaded pipeline as recorded (the load hooks' step). Where
+    ``missing_cache="pytorch"`` and its model is not cached here, it is left on PyTorch
+    as :func:`restore` leaves it."""
+    try:
+        # Recorded as loaded, not as resolved here: a pipeline saved without cache_dir keeps
+        # following the environment where it is loaded next.
+        config = request.to_config(saved_cache_dir(request.cache_dir, request.saved_cache_dir))
+        apply_config(nlp, config, threads=request.threads, reloading=True, request=request)
+    except CacheMissError as missing:
+        restore(nlp)
+        logger.warning(
+            "spacy-accelerate: %s This pipeline runs on PyTorch; call "
+            "spacy_accelerate.optimize(nlp) to accelerate it.",
+            missing,
+        )
+
+
+@registry.callbacks(CALLBACK_NAME)
+def make_optimize_callback(
+    provider: str = "auto",
+    precision: str = "fp32",
+    enabled: bool = True,
+    warmup: bool = True,
+    verify: bool = True,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
+    threads: int | None = None,
+    device_id: int | None = None,
+    fallback: bool = False,
+    gpu: dict[str, Any] | None = None,
+    min_agreement: float | None = None,
+    lock_timeout: float | None = None,
+    missing_cache: str = MissingCache.REBUILD.value,
+    cache_dir: str | None = None,
+    saved_cache_dir: str | None = None,
+    calibration_texts: list[str] | None = None,
+    calibration_sha256: str | None = None,
+    calibration_count: int | None = None,
+    previous: Callable[[Language], Language] | None = None,
+) -> Callable[[Language], Language]:
+    """spaCy's ``after_pipeline_creation`` callback that accelerates the loaded pipeline.
+    ``cache_dir`` and ``calibration_texts`` are load-time overrides (never saved)."""
+    request = OptimizeRequest(
+        provider=provider,
+        precision=precision,
+        warmup=warmup,
+        verify=verify,
+        tolerance=tolerance,
+        min_cosine=min_cosine,
+        threads=threads,
+        device_id=device_id,
+        fallback=fallback,
+        gpu=dict(gpu) if gpu is not None else None,
+        min_agreement=min_agreement,
+        lock_timeout=lock_timeout,
+        missing_cache=missing_cache,
+        cache_dir=cache_dir,
+        saved_cache_dir=saved_cache_dir,
+        calibration_texts=list(calibration_texts) if calibration_texts is not None else None,
+        calibration_sha256=calibration_sha256,
+        calibration_count=calibration_count,
+    )
+    return AfterCreation(request=request, enabled=enabled, previous=previous, reapply=reapply)
+
+
+@registry.callbacks(CALLBACK_NAME_V1)
+def make_optimize_callback_v1(
+    provider: str = "auto",
+    precision: str = "fp32",
+    enabled: bool = True,
+    cache_dir: str | None = None,
+    warmup: bool = True,
+    verify: bool = True,
+    tolerance: float | None = None,
+    min_cosine: float | None = None,
+    threads: int | None = None,
+    device_id: int | None = None,
+    fallback: bool = False,
+    gpu: dict[str, Any] | None = None,
+    calibration_texts: list[str] | None = None,
+    min_agreement: float | None = None,
+    previous: Callable[[Language], Language] | None = None,
+) -> Callable[[Language], Language]:
+    """The callback of pipelines saved by the first release: its ``cache_dir`` is where
+    the cache was (used only if it still works), its texts are used as saved."""
+    return make_optimize_callback(
+        provider=provider,
+        precision=precision,
+        enabled=enabled,
+        warmup=warmup,
+        verify=verify,
+        tolerance=tolerance,
+        min_cosine=min_cosine,
+        threads=threads,
+        device_id=device_id,
+        fallback=fallback,
+        gpu=gpu,
+        min_agreement=min_agreement,
+        saved_cache_dir=cache_dir,
+        calibration_texts=calibration_texts,
+        previous=previous,
+    )

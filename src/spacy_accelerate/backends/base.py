@@ -1,0 +1,138 @@
+"""The one interface every backend implements, and what a build hands it.
+
+A backend owns everything specific to one runtime: its sessions, its provider options,
+its quantization (a plan search, :mod:`spacy_accelerate.verify.plan_search`), the file
+a cache entry serves for it, what of its runtime goes into the cache key, and the
+folders of derived artefacts (engines, compiled blobs) it keeps beside an entry. The
+build (:mod:`spacy_accelerate.build.get_or_export`) and the provider registry
+(:mod:`spacy_accelerate.backends.registry`) use backends only through :class:`Backend`.
+
+To add a backend: a folder under ``backends/`` with a subclass of :class:`Backend`, and
+one line in the registry mapping its providers to it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from spacy_accelerate.architectures import DetectedEncoder
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.options.config import OptimizeConfig, Provider
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
+from spacy_accelerate.runtime.session import Session, SessionLayout
+from spacy_accelerate.verify.calibration import Calibration
+from spacy_accelerate.verify.parity import ParityReport, check_parity
+
+#: PyTorch's outputs for the rows a model is checked on (computed once per batch).
+References = Callable[[Sequence[EncoderInputs]], list[list[Any]]]
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One model to build from the exported ONNX file at ``path`` (in the entry's
+    temporary folder): what it must match and where it will run."""
+
+    path: Path
+    module: torch.nn.Module
+    detected: DetectedEncoder
+    config: OptimizeConfig
+    provider: ResolvedProvider
+    layout: SessionLayout
+    cache: ModelCache
+    gate: Gate
+    #: The rows every candidate is checked on, and PyTorch's outputs for any rows.
+    batches: list[EncoderInputs]
+    references: References
+    #: A calibrated build's texts' inputs (None: not calibrated), and the judge of a
+    #: candidate inside the pipeline (raises an AgreementError).
+    calibration: Calibration | None = None
+    judge: Callable[[Session], None] | None = None
+
+    @property
+    def spec(self) -> EncoderSpec:
+        return self.detected.spec
+
+    def check(self, session: Session) -> ParityReport:
+        """``session`` held to the gate on the build's rows (an AccuracyError if not)."""
+        return check_parity(
+            self.module,
+            self.detected,
+            session,
+            gate=self.gate,
+            batches=self.batches,
+            references=self.references(self.batches),
+        )
+
+
+class Backend(ABC):
+    """One runtime serving one or more providers."""
+
+    #: The providers this backend serves.
+    providers: ClassVar[frozenset[Provider]]
+    #: The folders of derived artefacts it keeps under the cache (registered with it).
+    derived_folders: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def install_hint(self, provider: Provider) -> str:
+        """What to install for ``provider``, as a command."""
+
+    @abstractmethod
+    def runtime_name(self, provider: Provider) -> str:
+        """How an error names the runtime ``provider`` needs."""
+
+    @abstractmethod
+    def present(self) -> set[Provider]:
+        """Which of its providers are installed here (a GPU may still be missing)."""
+
+    def check(self, config: OptimizeConfig) -> None:  # noqa: B027 - most need no check
+        """Refuse, before any export, a request this machine cannot serve."""
+
+    def runtime_providers(self, provider: Provider) -> tuple[str, ...]:
+        """The runtime's own names of what serves ``provider`` (for ``doctor``)."""
+        return ()
+
+    @abstractmethod
+    def model_file(self, config: OptimizeConfig) -> str:
+        """The file a cache entry serves for ``config``."""
+
+    def key_options(self, config: OptimizeConfig) -> dict[str, Any]:
+        """What else the served file (or its verdict) depends on: runtime releases, the
+        CPU's kernels, the plan search's rules. Part of the cache key."""
+        return {}
+
+    @abstractmethod
+    def layout(
+        self,
+        config: OptimizeConfig,
+        spec: EncoderSpec,
+        buckets: BucketPlan,
+        cache: ModelCache,
+        key: str,
+    ) -> SessionLayout:
+        """Where a session over entry ``key`` keeps its derived artefacts."""
+
+    @abstractmethod
+    def open_session(
+        self,
+        model: Path,
+        provider: ResolvedProvider,
+        config: OptimizeConfig,
+        layout: SessionLayout,
+        cache: ModelCache | None,
+    ) -> Session:
+        """A session over ``model`` (no derived artefacts are kept without ``cache``)."""
+
+    @abstractmethod
+    def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
+        """The served model of ``job`` in its folder, its session and parity report; an
+        AccuracyError (or, calibrated, a NoFasterPlanError) when no plan may be served."""

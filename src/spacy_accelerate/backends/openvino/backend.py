@@ -1,0 +1,123 @@
+"""OpenVINO on the CPU: fp32, bf16 and calibrated int8 (see :mod:`.session`, :mod:`.quantize`).
+
+The exported ONNX file is converted once to OpenVINO's IR, stored in the cache entry
+instead of the ONNX file. OpenVINO's compiled blobs are derived data kept beside the
+entries, under ``<cache_dir>/openvino/<cpu>-<openvino>/<key>/``, and checked against their
+recorded sha256 before each compile (:mod:`.blobs`); they go when the entry is evicted or
+the cache cleared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any
+
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.backends.base import Backend, BuildJob
+from spacy_accelerate.backends.openvino.blobs import checked_blobs
+from spacy_accelerate.backends.openvino.quantize import quantize_within_gate
+from spacy_accelerate.backends.openvino.session import (
+    INSTALL_HINT,
+    IR_FILE,
+    OpenVINOSession,
+    check_precision,
+    convert_to_ir,
+    cpu_slug,
+    openvino_key,
+)
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.errors import CacheError
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
+from spacy_accelerate.runtime.session import Session, SessionLayout
+from spacy_accelerate.verify.parity import ParityReport
+
+logger = logging.getLogger("spacy_accelerate")
+
+
+class OpenVINOBackend(Backend):
+    """OpenVINO's CPU plugin over the IR of the exported model."""
+
+    providers = frozenset({Provider.OPENVINO})
+    derived_folders = ("openvino",)
+
+    def install_hint(self, provider: Provider) -> str:
+        return INSTALL_HINT
+
+    def runtime_name(self, provider: Provider) -> str:
+        return "OpenVINO"
+
+    def present(self) -> set[Provider]:
+        return {Provider.OPENVINO} if importlib.util.find_spec("openvino") is not None else set()
+
+    def check(self, config: OptimizeConfig) -> None:
+        check_precision(config.precision)  # bf16 needs the CPU's bf16 units: said before export
+
+    def model_file(self, config: OptimizeConfig) -> str:
+        return IR_FILE
+
+    def key_options(self, config: OptimizeConfig) -> dict[str, Any]:
+        return {"openvino": openvino_key(config.precision)}
+
+    def layout(
+        self,
+        config: OptimizeConfig,
+        spec: EncoderSpec,
+        buckets: BucketPlan,
+        cache: ModelCache,
+        key: str,
+    ) -> SessionLayout:
+        return SessionLayout(
+            input_names=spec.input_names,
+            padding_idx=spec.padding_idx,
+            buckets=buckets,
+            compiled_dir=cache.compiled_dir(key, cpu_slug()),
+        )
+
+    def open_session(
+        self,
+        model: Path,
+        provider: ResolvedProvider,
+        config: OptimizeConfig,
+        layout: SessionLayout,
+        cache: ModelCache | None,
+    ) -> Session:
+        """OpenVINO's compile under its blob folder's lock, the blobs checked first."""
+        blobs = layout.compiled_dir
+        if blobs is not None and cache is not None:
+            try:
+                with cache.compiled_lock(blobs), checked_blobs(blobs):
+                    return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
+            except CacheError as error:
+                # A read-only cache serves its entries without locks; its blobs cannot be
+                # checked under one, so they are not read: OpenVINO compiles instead.
+                logger.warning(
+                    "spacy-accelerate: OpenVINO's compiled blobs are not used: %s", error
+                )
+        return OpenVINOSession(model, provider, config, layout)
+
+    def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
+        config = job.config
+        if config.precision is Precision.INT8:
+            if job.calibration is None:
+                raise ValueError("OpenVINO's int8 needs calibration inputs")
+            return quantize_within_gate(
+                job.path,
+                job.module,
+                job.detected,
+                gate=job.gate,
+                calibration=job.calibration,
+                references=job.references(job.calibration.items),
+                # Candidates keep no compiled blobs: all but one are thrown away.
+                open_session=lambda model: self.open_session(
+                    model, job.provider, config, job.layout, None
+                ),
+                judge=job.judge,
+            )
+        ir = convert_to_ir(job.path, job.path.parent)  # converting costs seconds on every load
+        job.path.unlink()
+        session = self.open_session(ir, job.provider, config, job.layout, job.cache)
+        return session, job.check(session)

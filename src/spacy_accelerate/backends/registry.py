@@ -1,0 +1,174 @@
+"""Step 5: the provider registry, the one module that knows every backend.
+
+Each provider maps to the backend that serves it. From there: which providers are
+installed and usable here, ``auto``'s choice (the fastest this release serves on this
+machine), the checks that fail early (before any export) with the package to install,
+the order ``fallback=True`` walks, and the session layout and opening of a cached model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.backends.base import Backend
+from spacy_accelerate.backends.onnxruntime.backend import OnnxRuntimeBackend
+from spacy_accelerate.backends.openvino.backend import OpenVINOBackend
+from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.cpu_features import cpu_features
+from spacy_accelerate.errors import ProviderUnavailableError
+from spacy_accelerate.options.config import (
+    GPU_PROVIDERS,
+    SUPPORTED_COMBINATIONS,
+    OptimizeConfig,
+    Precision,
+    Provider,
+    check_gpu_options,
+    check_supported,
+)
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider, torch_cuda_problem
+from spacy_accelerate.runtime.session import Session, SessionLayout
+
+_ONNXRUNTIME = OnnxRuntimeBackend()
+_OPENVINO = OpenVINOBackend()
+
+#: The backend of each provider.
+BACKENDS: dict[Provider, Backend] = {
+    Provider.CPU: _ONNXRUNTIME,
+    Provider.CUDA: _ONNXRUNTIME,
+    Provider.TENSORRT: _ONNXRUNTIME,
+    Provider.OPENVINO: _OPENVINO,
+}
+
+#: Preference order of ``auto``: fastest first (the CPU pair is ordered by
+#: :func:`cpu_order`).
+AUTO_ORDER: tuple[Provider, ...] = (
+    Provider.TENSORRT,
+    Provider.CUDA,
+    Provider.CPU,
+    Provider.OPENVINO,
+)
+
+#: What each provider falls back to with ``fallback=True``, in order.
+FALLBACK_ORDER: dict[Provider, tuple[Provider, ...]] = {
+    Provider.TENSORRT: (Provider.TENSORRT, Provider.CUDA, Provider.CPU),
+    Provider.CUDA: (Provider.CUDA, Provider.CPU),
+    Provider.OPENVINO: (Provider.OPENVINO, Provider.CPU),
+    Provider.CPU: (Provider.CPU,),
+}
+
+#: The CPU provider everything falls back to last.
+LAST_RESORT = Provider.CPU
+
+#: The precisions at which OpenVINO beats ONNX Runtime's CPU provider on Intel CPUs:
+#: static int8 (ONNX Runtime's CPU int8 is dynamic) and bf16 (ONNX Runtime serves none).
+#: At fp32 both ran at the same speed in benchmarks/run.py, and ONNX Runtime is the
+#: lighter dependency.
+OPENVINO_FIRST: frozenset[Precision] = frozenset({Precision.INT8, Precision.BF16})
+
+
+def backend_for(provider: Provider) -> Backend:
+    """The backend serving ``provider`` (a concrete one: ``auto`` is resolved first)."""
+    return BACKENDS[provider]
+
+
+def install_hint(provider: Provider) -> str:
+    """What to install for ``provider``."""
+    return backend_for(provider).install_hint(provider)
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...), or "" if unknown."""
+    return cpu_features().vendor
+
+
+def cpu_order(precision: Precision, vendor: str) -> tuple[Provider, Provider]:
+    """``auto``'s CPU rule: OpenVINO before ONNX Runtime on an Intel CPU at int8 and bf16,
+    where it uses the AMX/VNNI units through static quantization and bf16 kernels;
+    ONNX Runtime first everywhere else (AMD and ARM CPUs, fp32)."""
+    if vendor == "GenuineIntel" and precision in OPENVINO_FIRST:
+        return (Provider.OPENVINO, Provider.CPU)
+    return (Provider.CPU, Provider.OPENVINO)
+
+
+def listed_providers() -> set[Provider]:
+    """The providers present here: those whose backend's runtime is installed."""
+    found: set[Provider] = set()
+    for backend in {id(b): b for b in BACKENDS.values()}.values():
+        found |= backend.present()
+    return found
+
+
+def available_providers() -> set[Provider]:
+    """The providers that can run here: installed and, for the GPU ones, with a torch
+    that can use the GPU."""
+    found = listed_providers()
+    return found - GPU_PROVIDERS if torch_cuda_problem() else found
+
+
+def auto_candidates(config: OptimizeConfig) -> list[Provider]:
+    """What ``auto`` may serve ``config`` with, fastest first: installed, usable here,
+    serving the precision and the GPU options asked for."""
+    installed = available_providers()
+    gpus = tuple(provider for provider in AUTO_ORDER if provider in GPU_PROVIDERS)
+    return [
+        provider
+        for provider in (*gpus, *cpu_order(config.precision, cpu_vendor()))
+        if provider in installed
+        and (provider, config.precision) in SUPPORTED_COMBINATIONS
+        and check_gpu_options(provider, config.gpu) is None
+    ]
+
+
+def check_provider(config: OptimizeConfig) -> ResolvedProvider:
+    """Resolve ``auto``, then make sure the provider is installed and served."""
+    installed = available_providers()
+    provider = config.provider
+    if provider is Provider.AUTO:
+        candidates = auto_candidates(config)
+        if not candidates:
+            check_supported(LAST_RESORT, config.precision)
+            raise ProviderUnavailableError(
+                "No usable ONNX Runtime execution provider was found. Install one with: "
+                f"{install_hint(LAST_RESORT)}"
+            )
+        provider = candidates[0]
+    backend = backend_for(provider)
+    if provider in GPU_PROVIDERS and provider in listed_providers() and provider not in installed:
+        raise ProviderUnavailableError(
+            f"provider={provider.value!r} runs on torch CUDA tensors, but {torch_cuda_problem()}. "
+            "Install a CUDA build of torch (https://pytorch.org/get-started/locally/) on a machine "
+            "with an NVIDIA GPU, or pass fallback=True to optimize()."
+        )
+    if provider not in installed:
+        raise ProviderUnavailableError(
+            f"provider={provider.value!r} needs {backend.runtime_name(provider)}, which is not "
+            f"available here. Install it with: {install_hint(provider)}"
+        )
+    check_supported(provider, config.precision)
+    backend.check(config)
+    return ResolvedProvider(
+        provider=provider,
+        precision=config.precision,
+        ort_providers=backend.runtime_providers(provider),
+    )
+
+
+def session_layout(
+    config: OptimizeConfig, spec: EncoderSpec, buckets: BucketPlan, cache: ModelCache, key: str
+) -> SessionLayout:
+    """The layout of the session over entry ``key`` for ``config``'s provider."""
+    return backend_for(config.provider).layout(config, spec, buckets, cache, key)
+
+
+def open_session(
+    model: Path,
+    provider: ResolvedProvider,
+    config: OptimizeConfig,
+    layout: SessionLayout,
+    cache: ModelCache | None,
+) -> Session:
+    """A session over ``model`` by ``provider``'s backend (no derived artefacts are kept
+    without a ``cache``)."""
+    return backend_for(provider.provider).open_session(model, provider, config, layout, cache)

@@ -1,0 +1,185 @@
+"""Side-by-side speed and agreement of a PyTorch pipeline and its accelerated twin.
+
+The machines this runs on are shared and noisy, so the reference (PyTorch
+fp32) and every other variant (:mod:`spacy_accelerate.bench.baselines`) are
+measured in one process, alternating, after a warm-up pass each, and the
+median of the repeats is reported as a ratio. All variants are the same
+``Language`` object switched in place (``restore()``/``optimize()`` cost
+milliseconds once the cache is warm).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from spacy_accelerate.bench.baselines import Accelerated, PyTorch, Variant
+from spacy_accelerate.bench.doc_outputs import token_cosines
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How often the accelerated pipeline's annotations equal PyTorch's, per attribute."""
+
+    tokens: int
+    same: dict[str, int]
+
+    def rate(self, attribute: str) -> float:
+        return self.same[attribute] / self.tokens if self.tokens else 1.0
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One variant: its timings, its docs (warm-up pass) and how close it stays to PyTorch."""
+
+    options: dict[str, Any]
+    seconds: list[float]
+    agreement: Agreement
+    min_token_cosine: float
+    mean_token_cosine: float
+    docs: list[Doc] = field(default_factory=list, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    words: int
+    pytorch_seconds: list[float] = field(default_factory=list)
+    variants: dict[str, VariantResult] = field(default_factory=dict)
+    reference: list[Doc] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def pytorch_wps(self) -> float:
+        return self.words / statistics.median(self.pytorch_seconds)
+
+    def wps(self, variant: str) -> float:
+        return self.words / statistics.median(self.variants[variant].seconds)
+
+    def speedup(self, variant: str) -> float:
+        """Words per second of ``variant`` over PyTorch's, both medians of the same run."""
+        return self.wps(variant) / self.pytorch_wps
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "words": self.words,
+            "pytorch": {"seconds": self.pytorch_seconds, "wps": round(self.pytorch_wps, 1)},
+            "variants": {
+                name: {
+                    "options": result.options,
+                    "seconds": result.seconds,
+                    "wps": round(self.wps(name), 1),
+                    "speedup_vs_pytorch": round(self.speedup(name), 3),
+                    "agreement": {k: result.agreement.rate(k) for k in result.agreement.same},
+                    "tokens": result.agreement.tokens,
+                    "min_token_cosine": round(result.min_token_cosine, 6),
+                    "mean_token_cosine": round(result.mean_token_cosine, 6),
+                }
+                for name, result in self.variants.items()
+            },
+        }
+
+
+ATTRIBUTES: dict[str, Callable] = {
+    "tag": lambda t: t.tag_,
+    "pos": lambda t: t.pos_,
+    "dep": lambda t: t.dep_,
+    "head": lambda t: t.head.i,
+    "ent": lambda t: (t.ent_iob_, t.ent_type_),
+}
+
+
+def agreement(reference: Sequence[Doc], candidate: Sequence[Doc]) -> Agreement:
+    same = dict.fromkeys(ATTRIBUTES, 0)
+    tokens = 0
+    for ref, cand in zip(reference, candidate, strict=True):
+        for a, b in zip(ref, cand, strict=True):
+            tokens += 1
+            for name, read in ATTRIBUTES.items():
+                same[name] += read(a) == read(b)
+    return Agreement(tokens=tokens, same=same)
+
+
+def _timed(nlp: Language, texts: Sequence[str], batch_size: int) -> tuple[float, list[Doc]]:
+    start = time.perf_counter()
+    docs = list(nlp.pipe(texts, batch_size=batch_size))
+    return time.perf_counter() - start, docs
+
+
+def side_by_side(
+    nlp: Language,
+    texts: Sequence[str],
+    variants: Mapping[str, Variant | Mapping[str, Any]],
+    *,
+    batch_size: int = 64,
+    repeats: int = 3,
+    reference: Variant | None = None,
+) -> SideBySide:
+    """Time ``nlp.pipe`` on ``reference`` (PyTorch fp32) and on each variant, alternating;
+    compare every variant's annotations and last hidden states with the reference's.
+
+    A variant given as a mapping is ``optimize()``'s keyword arguments.
+    """
+    base = reference if reference is not None else PyTorch()
+    chosen = {
+        name: v if isinstance(v, Variant) else Accelerated(dict(v)) for name, v in variants.items()
+    }
+    words = sum(len(text.split()) for text in texts)
+    base.apply(nlp)
+    _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
+    warm: dict[str, list[Doc]] = {}
+    for name, variant in chosen.items():
+        variant.apply(nlp)
+        warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
+    base_seconds: list[float] = []
+    seconds: dict[str, list[float]] = {name: [] for name in chosen}
+    for _ in range(repeats):
+        base.apply(nlp)
+        base_seconds.append(_timed(nlp, texts, batch_size)[0])
+        for name, variant in chosen.items():
+            variant.apply(nlp)
+            seconds[name].append(_timed(nlp, texts, batch_size)[0])
+    base.apply(nlp)
+    results = {}
+    for name, variant in chosen.items():
+        pairs = zip(expected, warm[name], strict=True)
+        cosines = np.concatenate([token_cosines(e, d) for e, d in pairs] or [np.ones(1)])
+        results[name] = VariantResult(
+            options=variant.describe(),
+            seconds=seconds[name],
+            agreement=agreement(expected, warm[name]),
+            min_token_cosine=float(cosines.min()),
+            mean_token_cosine=float(cosines.mean()),
+            docs=warm[name],
+        )
+    return SideBySide(
+        words=words, pytorch_seconds=base_seconds, variants=results, reference=expected
+    )
+
+
+def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each of ``repeats`` calls of every variant, taken in turn, so that a
+    shared, noisy machine slows them all alike."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def write_report(report: dict[str, Any], output: Path | None) -> None:
+    """Print a benchmark's JSON report and, when asked, keep it under ``output``."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")

@@ -1,0 +1,500 @@
+"""Step 6: get the exported model from the cache, or convert, export and store it.
+
+A miss converts the curated encoder to Hugging Face, exports it to ONNX,
+fuses or quantizes it (for OpenVINO: converts it to IR, and for int8
+calibrates and quantizes it under accuracy control) and proves parity
+*before* the cache entry is committed, so a model that fails the gate is
+never stored. A hit is verified against its manifest by
+the cache and, unless ``verify=False``, against the live PyTorch module.
+
+Everything that decides a verdict is in the key (the gate of a plan search, the rows it
+is checked on, the CPU's int8 kernels), so a request gets the verdict a cold cache would
+give it. A hit that still fails its re-check here (an entry tampered with, or a runtime
+that computes differently than the one it was proven on) is rebuilt under its key, never
+served, and never an error that only clearing the cache would end.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.base import BuildJob
+from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
+from spacy_accelerate.cache.location import saved_cache_dir, search_order
+from spacy_accelerate.cache.store import OWNER_MARK, CacheEntry, CacheResult, ModelCache
+from spacy_accelerate.errors import (
+    AccuracyError,
+    CacheError,
+    CacheMissError,
+    ConversionError,
+    NoFasterPlanError,
+    SpacyAccelerateError,
+)
+from spacy_accelerate.export.fingerprint import cache_key, key_inputs
+from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
+from spacy_accelerate.options.config import MissingCache, OptimizeConfig
+from spacy_accelerate.options.gate import Gate, recorded_report_meets
+from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
+from spacy_accelerate.runtime.session import Session, SessionLayout
+from spacy_accelerate.verify.calibration import CalibrationInputs
+from spacy_accelerate.verify.parity import ParityReport, check_parity, reference_outputs
+from spacy_accelerate.verify.spot_check import (
+    SPOT_CHECK_FILE,
+    load_spot_check,
+    save_spot_check,
+    spot_check_gate,
+)
+from spacy_accelerate.verify.verification import Verification
+
+logger = logging.getLogger("spacy_accelerate")
+
+#: The parity report stored beside the model (checksummed like every file).
+PARITY_FILE = "parity.json"
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """Where the served model came from."""
+
+    key: str
+    path: Path
+    cache_hit: bool
+    seconds: float
+    parity: ParityReport | None
+    #: The int8 quantization plan served: chosen when the entry was built and read
+    #: back from its manifest on a hit, verified again or not.
+    plan: str | None = None
+    #: The other int8 plans tried when the entry was built, and why each was refused.
+    refused: tuple[str, ...] = ()
+    #: The rows the model was checked on (part of its key): a pipeline unpickled where
+    #: the entry is gone builds it again with them.
+    verification: Verification | None = None
+    #: OpenVINO's int8: what the served plan's MatMuls run as on the CPU that built it.
+    compiled_as: str | None = None
+
+
+def _recorded(entry: CacheEntry) -> dict[str, Any]:
+    """The parity report the entry was stored with; empty when it cannot be read."""
+    try:
+        report = json.loads(entry.file(PARITY_FILE).read_text())
+    except (ValueError, OSError):  # CacheError is an OSError
+        return {}
+    return report if isinstance(report, dict) else {}
+
+
+def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
+    """Whether the parity the entry was stored with proves ``gate``; False if not on record."""
+    report = _recorded(entry)
+    return bool(report) and recorded_report_meets(report, gate)
+
+
+class References:
+    """PyTorch's outputs for the rows a model is checked on, each batch computed once.
+
+    Computed with the transformer's layer to this thread alone (``exclusive``): another
+    thread annotating on the same PyTorch module puts it back in train mode after every
+    batch (thinc does), and a reference computed meanwhile would run with dropout."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        detected: DetectedEncoder,
+        exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
+        self._module, self._detected, self._exclusive = module, detected, exclusive
+        self._known: dict[int, tuple[EncoderInputs, list[Any]]] = {}
+
+    def of(self, batches: Sequence[EncoderInputs]) -> list[list[Any]]:
+        missing = [batch for batch in batches if id(batch) not in self._known]
+        if missing:
+            with self._exclusive():
+                for batch in missing:
+                    outputs = reference_outputs(self._module, self._detected, batch)
+                    self._known[id(batch)] = (batch, outputs)
+        return [self._known[id(batch)][1] for batch in batches]
+
+
+#: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
+Judge = Callable[[Any, "ExportedModel"], None]
+
+
+def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], None] | None:
+    """``judge`` for a session whose entry is not (yet) final."""
+    if judge is None:
+        return None
+    provisional = ExportedModel(key=key, path=path, cache_hit=False, seconds=0.0, parity=None)
+    return lambda session: judge(session, provisional)
+
+
+def _export_options(
+    config: OptimizeConfig,
+    spec: Any,
+    verification: Verification,
+    calibration: CalibrationInputs | None = None,
+) -> dict[str, Any]:
+    """The key's export options: what shapes the served file, and what decides whether it
+    is served (the rows it is checked on and, where a plan is searched, the gate and what
+    the CPU's int8 kernels compute). OpenVINO's IR also depends on OpenVINO's release and
+    on what this CPU can do, and a calibrated int8 model on its calibration texts and on
+    the bounds its plan was chosen under."""
+    options = config.export_options()
+    options["verified_on_sha256"] = verification.digest(spec)
+    options.update(backend_for(config.provider).key_options(config))
+    if calibration is not None:
+        options["calibration_sha256"] = calibration.digest
+        options["judged_by_sha256"] = calibration.judged_by
+        options["accuracy_control"] = {
+            "min_mean_cosine": config.gate().min_mean_cosine,
+            "min_agreement": config.agreement_bound,
+        }
+    return options
+
+
+def _model_file(config: OptimizeConfig) -> str:
+    """The file a cache entry serves for ``config``."""
+    return backend_for(config.provider).model_file(config)
+
+
+def _required_files(config: OptimizeConfig) -> tuple[str, ...]:
+    """The files an entry must hold to be served for ``config``: a manifest without them
+    (tampered with, or written by a build that was changed since) is rebuilt."""
+    files = (_model_file(config), PARITY_FILE)
+    return (*files, SPOT_CHECK_FILE) if config.calibrated else files
+
+
+#: The errno values that mean the cache's disk cannot take the model.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """Why writing failed, when ``error`` (or what caused it) is a full disk, a quota, a
+    file-size limit or a read-only filesystem; None for any other failure. Runtimes that
+    write from C++ report it only in their message, so the message is read too."""
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
+            return cause.strerror or os.strerror(cause.errno)
+        text = str(cause)
+        for code in _STORAGE_ERRNOS:
+            if os.strerror(code) in text:
+                return os.strerror(code)
+    return None
+
+
+def _stored_as_cache_errors(build: Callable[[Path], Any], root: Path) -> Callable[[Path], Any]:
+    """``build``, with a failure to write its files reported as what it is: a cache whose
+    disk is full (or read-only), not an export bug to report."""
+
+    def storing(folder: Path) -> Any:
+        try:
+            return build(folder)
+        except BaseException as error:
+            reason = storage_failure(error)
+            if reason is None:
+                raise
+            raise CacheError(
+                f"The model cache at {root} could not take the exported model ({reason}). "
+                "Free space there, or set cache_dir= (or the SPACY_ACCELERATE_CACHE "
+                "environment variable) to a folder with room; nothing was stored and the "
+                "pipeline is unchanged."
+            ) from error
+
+    return storing
+
+
+#: What a calibrated build stores instead of a model when no plan may be served.
+REFUSAL_FILE = "refusal.json"
+
+_REFUSALS: dict[str, type[SpacyAccelerateError]] = {
+    "accuracy": AccuracyError,
+    "speed": NoFasterPlanError,
+}
+
+
+def _store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
+    """Keep the decision instead of a model: OpenVINO's int8 search costs minutes, and its
+    verdict holds for the same weights, calibration, bounds and CPU (all in the key), so a
+    warm start reads it from the entry instead of searching again."""
+    kind = "speed" if isinstance(refusal, NoFasterPlanError) else "accuracy"
+    for path in folder.iterdir():
+        if path.name != OWNER_MARK:
+            path.unlink()
+    (folder / REFUSAL_FILE).write_text(json.dumps({"kind": kind, "message": str(refusal)}))
+    return {"refusal": kind}
+
+
+def _raise_recorded_refusal(entry: CacheEntry) -> None:
+    """Raise the refusal a calibrated build stored, if this entry is one."""
+    if REFUSAL_FILE not in entry.manifest["files"]:
+        return
+    try:
+        recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
+        error = _REFUSALS[recorded["kind"]]
+        message = str(recorded["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CacheError(
+            f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
+            "entry (spacy-accelerate cache clear) so that the model is tried again."
+        ) from None
+    raise error(
+        f"{message} (Decided when this model was first tried here, {entry.created}; clear "
+        "the cache to try again.)"
+    )
+
+
+class _EntryGone(Exception):
+    """Internal: the entry was removed (``clear_cache`` in another process, say) between
+    its verification and its opening."""
+
+
+def get_or_export(
+    module: torch.nn.Module,
+    detected: DetectedEncoder,
+    config: OptimizeConfig,
+    provider: ResolvedProvider,
+    cache: ModelCache,
+    *,
+    window: int,
+    buckets: BucketPlan | None = None,
+    calibration: CalibrationInputs | None = None,
+    judge: Judge | None = None,
+    verification: Verification | None = None,
+    build_allowed: bool = True,
+    exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> tuple[Session, ExportedModel]:
+    """Return a session over a verified ONNX model of ``module`` and its provenance.
+
+    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
+    ``verification``: the rows the model is checked on (by default random and control
+    ids only; ``optimize()`` adds the pipeline's own inputs on built-in text). A
+    calibrated model is built on all its ``calibration`` and ``judge``d in the pipeline;
+    a cached one was, under the same texts and bounds (they are in the key), so a warm
+    start only spot-checks its token cosine on the first calibration items, stored in
+    the entry (no pipeline run). Where ``build_allowed`` is false (a saved pipeline told
+    not to export where it loads), a missing entry raises :class:`CacheMissError`.
+    ``exclusive`` gives the PyTorch module to this thread alone while its reference
+    outputs are computed (see :class:`References`).
+    """
+    start = time.perf_counter()
+    spec = detected.spec
+    if buckets is None:
+        buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
+    verification = verification or Verification(window=window)
+    batches = verification.batches(spec)
+    inputs = key_inputs(module, spec, _export_options(config, spec, verification, calibration))
+    key = cache_key(inputs)
+    layout = session_layout(config, spec, buckets, cache, key)
+    required = _required_files(config)
+    built: list[tuple[Session, ParityReport]] = []
+    gate = config.gate()
+    references = References(module, detected, exclusive)
+
+    def build(folder: Path) -> dict[str, Any]:
+        if not build_allowed:
+            raise CacheMissError(key)
+        path = folder / MODEL_FILE
+        hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
+        export_onnx(hf_model, spec, path, opset=config.opset)
+        del hf_model
+        # The session holds the whole model in memory, so it stays valid after the
+        # folder is renamed into the cache: it is served as is.
+        job = BuildJob(
+            path=path,
+            module=module,
+            detected=detected,
+            config=config,
+            provider=provider,
+            layout=layout,
+            cache=cache,
+            gate=gate,
+            batches=batches,
+            references=references.of,
+            calibration=calibration.full if calibration is not None else None,
+            judge=_provisional(judge, key, folder),
+        )
+        try:
+            session, report = backend_for(config.provider).build(job)
+        except (NoFasterPlanError, AccuracyError) as refusal:
+            if not config.calibrated:
+                raise
+            return _store_refusal(folder, refusal)
+        recorded = report.as_dict()
+        if calibration is not None:
+            spot = save_spot_check(calibration.full.items, folder)
+            measured = check_parity(
+                module, detected, session, gate=Gate(), batches=spot, references=references.of(spot)
+            )
+            recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
+        (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
+        built.append((session, report))
+        if not report.plan:
+            return {}
+        return {
+            "plan": report.plan,
+            "refused": list(report.refused),
+            "compiled_as": report.compiled_as,
+        }
+
+    storing = _stored_as_cache_errors(build, cache.root)
+
+    def serve(result: CacheResult) -> tuple[Session, ParityReport | None]:
+        """The session over ``result``'s entry; a hit opened and re-checked as asked."""
+        _raise_recorded_refusal(result.entry)
+        if not result.hit:
+            return built[-1]
+        entry = result.entry
+        try:
+            session = open_session(entry.file(_model_file(config)), provider, config, layout, cache)
+        except Exception as error:
+            if cache.lookup(key, required) != entry:
+                raise _EntryGone from error
+            raise
+        if not (config.verify or not _recorded_report_meets(entry, gate)):
+            return session, None
+        # A hit is checked again unless told not to; and always when it was stored under
+        # a looser gate than this call asks for.
+        checked_batches, checked = batches, gate
+        if calibration is not None:
+            try:
+                checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
+            except OSError as error:
+                raise _EntryGone from error
+            checked = spot_check_gate(gate, _recorded(entry).get("spot_check_mean_cosine"))
+        parity = check_parity(
+            module,
+            detected,
+            session,
+            gate=checked,
+            batches=checked_batches,
+            references=references.of(checked_batches),
+        )
+        return session, parity
+
+    # A calibrated build may store a refusal instead of a model (see _store_refusal).
+    lookup_required = () if config.calibrated else required
+    result = cache.get_or_build(key, inputs, storing, lookup_required)
+    _raise_recorded_refusal(result.entry)
+    if not set(required) <= set(result.entry.manifest["files"]):  # a model's files missing
+        result = cache.rebuild(result.entry, inputs, storing, required)
+    for attempt in (1, 2):
+        try:
+            session, parity = serve(result)
+            break
+        except _EntryGone:
+            if attempt == 2:
+                raise CacheError(
+                    f"The cached model {key[:12]} under {cache.root} was removed twice while "
+                    "it was being opened (is another process clearing the cache in a loop?). "
+                    "Try again once it has finished."
+                ) from None
+            logger.info("spacy-accelerate: cache entry %s went away; getting it again", key[:12])
+            result = cache.get_or_build(key, inputs, storing, lookup_required)
+        except (AccuracyError, ConversionError) as refusal:
+            if not result.hit or attempt == 2:
+                raise
+            logger.warning(
+                "spacy-accelerate: the cached model %s does not compute here what it was "
+                "proven to (%s); it is rebuilt.",
+                result.entry.path,
+                refusal,
+            )
+            result = cache.rebuild(result.entry, inputs, storing, required)
+    built_with = result.entry.manifest.get("built") or {}
+    plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
+    if parity is not None and result.hit:  # a hit serves the plan it was built with
+        parity = replace(parity, plan=plan, refused=refused)
+    exported = ExportedModel(
+        key=key,
+        path=result.entry.path,
+        cache_hit=result.hit,
+        seconds=time.perf_counter() - start,
+        parity=parity,
+        plan=plan,
+        refused=refused,
+        verification=verification,
+        compiled_as=built_with.get("compiled_as"),
+    )
+    logger.info(
+        "%s %s %s encoder (key %s) in %.2f s; parity %s",
+        "loaded cached" if exported.cache_hit else "exported",
+        config.precision.value,
+        spec.family,
+        key[:12],
+        exported.seconds,
+        f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+        if parity
+        else "not checked",
+    )
+    return session, exported
+
+
+def reopen(
+    exported: ExportedModel,
+    module: torch.nn.Module,
+    provider: ResolvedProvider,
+    config: OptimizeConfig,
+    layout: SessionLayout,
+) -> tuple[Session, ExportedModel] | None:
+    """A session over a model ``optimize()`` already verified, for a pipeline unpickled
+    (in a worker process, say). Its entry is looked up, and checked against its manifest,
+    in each folder of :func:`.cache_location.search_order`. Where none has it, the model
+    is built again from ``module``'s weights, or None is returned where
+    ``config.missing_cache`` says PyTorch (or where it cannot be built without the
+    pipeline: a calibrated int8 model)."""
+    required = _required_files(config)
+    detected = detect_architecture(module)
+    for root in search_order(exported.path.parent):
+        cache = ModelCache(root, lock_timeout=config.lock_timeout)
+        entry = cache.lookup(exported.key, required)
+        if entry is None:
+            continue
+        here = session_layout(config, detected.spec, layout.buckets, cache, entry.key)
+        try:
+            session = open_session(entry.file(_model_file(config)), provider, config, here, cache)
+        except Exception:
+            if cache.lookup(exported.key, required) == entry:
+                raise
+            continue  # removed meanwhile (another process cleared the cache)
+        return session, replace(exported, path=entry.path)
+    if config.missing_cache is MissingCache.PYTORCH or config.calibrated:
+        return None
+    verification = exported.verification or Verification(window=DEFAULT_WINDOW)
+    cache = ModelCache(
+        saved_cache_dir(None, str(exported.path.parent)), lock_timeout=config.lock_timeout
+    )
+    return get_or_export(
+        module,
+        detected,
+        config,
+        provider,
+        cache,
+        window=verification.window,
+        buckets=layout.buckets,
+        verification=verification,
+    )
+
+
+#: The span window assumed for a model pickled before its checks were recorded.
+DEFAULT_WINDOW = 128

@@ -1,0 +1,78 @@
+"""Where a saved or pickled pipeline finds its cache on the machine it is loaded on.
+
+A pipeline saved with ``to_disk`` (or pickled for a worker process) records where its cache
+was; the machine that loads it may have no such folder, or keep its cache elsewhere. The
+cache is resolved when the pipeline loads: an explicit override wins
+(``spacy.load(path, config={"nlp.after_pipeline_creation.cache_dir": ...})``); the recorded
+folder is kept only if it still works here (:func:`usable`); otherwise the
+``SPACY_ACCELERATE_CACHE`` environment variable, and then the platform's default
+(``~/.cache/spacy-accelerate``). A pipeline saved without ``cache_dir`` records none, so it
+follows the environment where it loads, as ``optimize()`` did where it was saved.
+
+A pickled pipeline knows its entry's key, so it looks for the entry in the recorded folder,
+the environment's and the default, and only builds (or falls back to PyTorch) where none
+has it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from spacy_accelerate.cache.ownership import is_real_dir
+from spacy_accelerate.cache.store import CACHE_ENV_VAR, default_cache_dir, resolve_cache_dir
+
+_KEY_LENGTH = 64
+
+
+def usable(folder: Path) -> bool:
+    """Whether a recorded cache folder still works here: a folder this process can write
+    into, or a read-only one that holds entries (a cache built ahead of time and mounted
+    read-only), or one that can be made (its nearest existing parent takes a folder).
+    Tried for real, not by permission bits: ``os.access`` says yes to root everywhere."""
+    if folder.exists():
+        if not folder.is_dir():
+            return False
+        if _writable(folder):
+            return True
+        try:
+            return any(len(name) == _KEY_LENGTH for name in os.listdir(folder))
+        except OSError:
+            return False
+    parent = folder.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    return is_real_dir(parent) and _writable(parent)
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a folder can be made in ``folder`` (made and removed at once)."""
+    try:
+        probe = tempfile.mkdtemp(prefix=".spacy-accelerate-probe-", dir=folder)
+    except OSError:
+        return False
+    os.rmdir(probe)
+    return True
+
+
+def _from_env() -> Path | None:
+    return default_cache_dir() if os.environ.get(CACHE_ENV_VAR, "").strip() else None
+
+
+def saved_cache_dir(override: str | os.PathLike[str] | None, recorded: str | None) -> Path:
+    """The cache a saved pipeline uses where it loads (see the module's docstring)."""
+    if override is not None:
+        return resolve_cache_dir(override)
+    if recorded is not None and usable(Path(recorded)):
+        return Path(recorded)
+    return _from_env() or default_cache_dir()
+
+
+def search_order(recorded: Path) -> list[Path]:
+    """The folders a pickled pipeline looks for its entry in, in order, without repeats."""
+    found: list[Path] = []
+    for folder in (recorded, _from_env(), default_cache_dir()):
+        if folder is not None and folder not in found:
+            found.append(folder)
+    return found

@@ -1,0 +1,129 @@
+"""Which folders under the cache root spacy-accelerate made, so that it removes only those.
+
+A cache folder may be shared with other tools or hold a user's own files, and a path in it
+may be a symbolic link to anywhere. Removal therefore follows three rules:
+
+- a folder is removed only if the library made it: it holds the library's mark
+  (:data:`MARK`, written when the folder is created), or it is an entry whose manifest
+  names it (entries of releases before the mark);
+- nothing is ever reached through a link: every path between the cache root and the
+  folder is checked with ``lstat``, and ``shutil.rmtree`` removes a tree without following
+  the links inside it;
+- the folders that merely group others (``openvino/``, ``tensorrt/<gpu>/``) are removed only
+  when empty.
+
+The same checks guard the derived folders handed to OpenVINO and TensorRT: a folder that is
+a link, or was not made by the library, is not used for compiled blobs or engines (whose
+unrecorded files are deleted before each compile).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+from spacy_accelerate._version import __version__
+from spacy_accelerate.errors import CacheError
+
+#: The file that marks a folder as made by spacy-accelerate.
+MARK = ".spacy-accelerate"
+
+
+def is_real_dir(path: Path) -> bool:
+    """A folder that is not a link (``Path.is_dir`` follows links)."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def no_links_between(root: Path, path: Path) -> bool:
+    """Whether every component of ``path`` below ``root`` is a real folder (no links)."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    current = root
+    for part in parts:
+        current = current / part
+        if not is_real_dir(current):
+            return False
+    return True
+
+
+def is_marked(folder: Path) -> bool:
+    """Whether ``folder`` is a real folder holding the library's mark (a regular file)."""
+    if not is_real_dir(folder):
+        return False
+    try:
+        return stat.S_ISREG((folder / MARK).lstat().st_mode)
+    except OSError:
+        return False
+
+
+def write_mark(folder: Path, kind: str) -> None:
+    """Mark ``folder`` (which this process just created) as the library's."""
+    record = {"made_by": "spacy-accelerate", "version": __version__, "kind": kind}
+    (folder / MARK).write_text(json.dumps(record, sort_keys=True), encoding="utf8")
+
+
+def make_owned_dir(root: Path, folder: Path, kind: str) -> Path | None:
+    """Create ``folder`` (and its parents) under ``root`` and mark it; an existing folder is
+    returned only if it is the library's and reached without links. None otherwise: the
+    caller then does without it. Raises ``OSError`` when the folder cannot be made.
+
+    Each folder on the way is made one at a time and checked, so nothing is ever created
+    through a link (``mkdir(parents=True)`` would follow one)."""
+    root.mkdir(parents=True, exist_ok=True)
+    current = root
+    parts = folder.relative_to(root).parts
+    for depth, part in enumerate(parts, start=1):
+        current = current / part
+        try:
+            current.mkdir()
+        except FileExistsError:
+            if not is_real_dir(current):
+                return None
+        else:
+            if depth == len(parts):
+                write_mark(current, kind)
+    return folder if is_marked(folder) else None
+
+
+def remove_tree(folder: Path) -> bool:
+    """Remove a real folder and everything in it, links inside removed as links, never
+    followed; True if something was removed. A link at ``folder`` itself is left alone."""
+    if not is_real_dir(folder):
+        return False
+    try:
+        shutil.rmtree(folder)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise CacheError(
+            f"cannot remove {folder} from the model cache ({err.strerror or err}); check its "
+            "permissions (or whether another program holds files in it) and clear again"
+        ) from err
+    return True
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` when nothing is left in it (another process may be adding)."""
+    if not is_real_dir(folder):
+        return
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def real_subdirs(folder: Path) -> list[Path]:
+    """The real folders directly inside ``folder`` (links left out), sorted."""
+    if not is_real_dir(folder):
+        return []
+    try:
+        return sorted(path for path in folder.iterdir() if is_real_dir(path))
+    except OSError:
+        return []

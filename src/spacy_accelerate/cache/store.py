@@ -1,0 +1,822 @@
+"""On-disk cache of exported ONNX models, keyed by a SHA256 of everything that shaped the export.
+
+Exporting a transformer takes tens of seconds to minutes, so the result is kept under
+``<cache_dir>/<key>/`` and reused by later processes. The cache is shared between processes
+and must survive crashes, so every rule here exists to keep one promise: *a folder that looks
+like an entry is either complete and verified, or it is never served*.
+
+- A build writes into ``<cache_dir>/.tmp-<key>-<random>/`` (same filesystem as the target),
+  writes ``manifest.json`` last, and only then renames the folder to ``<cache_dir>/<key>``.
+  ``os.rename`` of a folder is atomic, so readers see either no entry or a whole one.
+- A per-key :class:`filelock.FileLock` in ``<cache_dir>/.locks/`` serialises builders, so
+  concurrent processes build once; the ones that waited find the entry and report a hit.
+- Every hit is checked against its manifest (size and sha256 of each listed file, key equal
+  to the folder name, the files its user needs present, and no file the manifest does not
+  list: a runtime loads an unlisted file, external weights say, as readily as a listed one).
+  A mismatch means a truncated copy, a crash on a filesystem without ordered writes, or
+  tampering: the entry is evicted under its lock and rebuilt.
+- Only JSON is ever parsed from the cache; nothing is unpickled or imported from it.
+- Keys are validated as 64 lowercase hex characters so a key can never name a path outside
+  the cache folder, and file names in a manifest must be plain relative paths for the same
+  reason.
+
+Only what the library made is ever removed (:mod:`.ownership`): folders carry its mark
+(entries also their manifest), links are never followed, and anything else found in the
+cache folder (a user's notes, another tool's files) is left where it is.
+
+Leftover temporary folders (``.tmp-<key>-*``) come from builds that crashed. They are never served
+(their names are not keys) and are removed whenever this process can hold their key's lock,
+which proves no build is writing into them: on every cache miss (for all keys), on
+:meth:`ModelCache.evict` (for that key) and on :meth:`ModelCache.clear`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import platformdirs
+
+from spacy_accelerate._version import __version__
+from spacy_accelerate.cache.lock import KeyLock
+from spacy_accelerate.cache.ownership import (
+    MARK,
+    is_marked,
+    is_real_dir,
+    make_owned_dir,
+    real_subdirs,
+    remove_if_empty,
+    remove_tree,
+    write_mark,
+)
+from spacy_accelerate.errors import CacheError
+from spacy_accelerate.options.config import DEFAULT_LOCK_TIMEOUT
+
+__all__ = [
+    "CACHE_ENV_VAR",
+    "MANIFEST_FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "CacheEntry",
+    "CacheResult",
+    "ModelCache",
+    "default_cache_dir",
+    "resolve_cache_dir",
+]
+
+logger = logging.getLogger("spacy_accelerate")
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT_VERSION = 1
+CACHE_ENV_VAR = "SPACY_ACCELERATE_CACHE"
+
+_APP_NAME = "spacy-accelerate"
+_KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
+_TMP_PREFIX = ".tmp-"
+#: The file in every entry (and build folder) that says the library made it.
+OWNER_MARK = MARK
+_LOCK_DIR = ".locks"
+#: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
+ENGINE_DIR = "tensorrt"
+#: OpenVINO's compiled blobs, per CPU model and OpenVINO release, then per key.
+COMPILED_DIR = "openvino"
+_HASH_CHUNK = 1024 * 1024
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def default_cache_dir() -> Path:
+    """The folder used when no ``cache_dir`` is given.
+
+    Read at call time, not import time, so the environment variable can be changed by a
+    launcher or a test after the package was imported.
+    """
+    from_env = os.environ.get(CACHE_ENV_VAR, "").strip()
+    if from_env:
+        return Path(from_env).expanduser().absolute()
+    return Path(platformdirs.user_cache_dir(_APP_NAME)).absolute()
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
+    """An explicit argument wins over the environment, which wins over the platform default."""
+    if cache_dir is None:
+        return default_cache_dir()
+    return Path(os.fspath(cache_dir)).expanduser().absolute()
+
+
+def _validate_key(key: str) -> str:
+    """Reject anything but 64 lowercase hex so a key can never climb out of the cache folder."""
+    if not isinstance(key, str) or not _KEY_PATTERN.fullmatch(key):
+        raise ValueError(
+            f"invalid cache key {key!r}: expected a SHA256 hex digest "
+            "(64 lowercase characters 0-9a-f)"
+        )
+    return key
+
+
+def _safe_relative(name: str) -> PurePosixPath:
+    """Parse a manifest file name, refusing anything that could point outside the entry."""
+    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+        raise ValueError(f"unsafe file name {name!r}")
+    rel = PurePosixPath(name)
+    if rel.is_absolute() or any(part in ("", ".", "..") for part in rel.parts):
+        raise ValueError(f"unsafe file name {name!r}")
+    if str(rel) != name:
+        raise ValueError(f"file name {name!r} is not in normal form")
+    return rel
+
+
+# --------------------------------------------------------------------------- entries
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A verified cache entry: its files matched the manifest when it was looked up."""
+
+    key: str
+    path: Path
+    manifest: Mapping[str, Any]
+
+    def file(self, name: str) -> Path:
+        """Path of a listed file; an unlisted name is refused so that nothing unverified is
+        ever read (callers name the files they need in ``required``, checked on lookup)."""
+        if name not in self.manifest["files"]:
+            raise CacheError(
+                f"{name!r} is not a file of the cache entry {self.path}; remove the entry "
+                "(spacy-accelerate cache clear) so that it is rebuilt"
+            )
+        return self.path.joinpath(*_safe_relative(name).parts)
+
+    @property
+    def size_bytes(self) -> int:
+        """Disk use of the entry, counting the manifest so totals match what ``du`` sees."""
+        listed = sum(int(info["size"]) for info in self.manifest["files"].values())
+        try:
+            manifest_size = (self.path / MANIFEST_NAME).stat().st_size
+        except OSError:
+            manifest_size = 0
+        return listed + manifest_size
+
+    @property
+    def created(self) -> str:
+        """When the entry was built (UTC, ISO 8601), useful to spot stale exports."""
+        return str(self.manifest["created"])
+
+
+@dataclass(frozen=True)
+class CacheResult:
+    """What :meth:`ModelCache.get_or_build` did, so callers can report export vs. reuse."""
+
+    entry: CacheEntry
+    hit: bool
+    seconds: float
+
+
+class _CorruptEntry(Exception):
+    """Internal: an entry folder exists but must not be served; the message says why."""
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def sha256_file(path: Path) -> str:
+    """Stream the file so multi-GB models are never read into memory at once."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    manifest_path = folder / MANIFEST_NAME
+    try:
+        raw = manifest_path.read_bytes()
+    except FileNotFoundError:
+        raise _CorruptEntry("manifest.json is missing") from None
+    except OSError as err:
+        raise _CorruptEntry(f"manifest.json cannot be read ({err})") from None
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _CorruptEntry(f"manifest.json is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict):
+        raise _CorruptEntry("manifest.json is not a JSON object")
+    return manifest
+
+
+def _check_manifest_fields(
+    manifest: Mapping[str, Any], key: str, required: Iterable[str]
+) -> Mapping[str, Any]:
+    """Check the manifest's shape; returns its ``files`` table."""
+    version = manifest.get("format_version")
+    if version != MANIFEST_FORMAT_VERSION:
+        raise _CorruptEntry(f"manifest format version {version!r} is not supported")
+    if manifest.get("key") != key:
+        raise _CorruptEntry(f"manifest key {manifest.get('key')!r} differs from the folder name")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise _CorruptEntry("manifest lists no files")
+    for name, info in files.items():
+        try:
+            _safe_relative(name)
+        except ValueError as err:
+            raise _CorruptEntry(f"manifest lists an {err}") from None
+        if (
+            not isinstance(info, dict)
+            or not isinstance(info.get("size"), int)
+            or not isinstance(info.get("sha256"), str)
+        ):
+            raise _CorruptEntry(f"manifest record of {name!r} is malformed")
+    missing = sorted(set(required) - set(files))
+    if missing:
+        raise _CorruptEntry(f"manifest does not list {', '.join(missing)}, which it needs")
+    return files
+
+
+def _check_nothing_unlisted(folder: Path, files: Mapping[str, Any]) -> None:
+    """Every path in the entry is the manifest, a listed file or a folder of one: a runtime
+    reads files it finds beside the model (ONNX external data, OpenVINO weights), so an
+    unlisted one would be served unverified."""
+    allowed = {MANIFEST_NAME, *files}
+    for name in files:
+        parents = PurePosixPath(name).parents
+        allowed.update(parent.as_posix() for parent in parents if parent.as_posix() != ".")
+    for dirpath, dirnames, filenames in os.walk(folder):
+        base = Path(dirpath)
+        for entry_name in (*dirnames, *filenames):
+            relative = (base / entry_name).relative_to(folder).as_posix()
+            if relative not in allowed:
+                raise _CorruptEntry(f"{relative} is in the entry but not in its manifest")
+
+
+def _check_sizes(folder: Path, files: Mapping[str, Any]) -> None:
+    """Cheap pass first, so a truncated multi-GB file is caught before any hashing."""
+    for name, info in files.items():
+        path = folder.joinpath(*PurePosixPath(name).parts)
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            raise _CorruptEntry(f"{name} is missing") from None
+        except OSError as err:
+            raise _CorruptEntry(f"{name} cannot be read ({err})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise _CorruptEntry(f"{name} is not a regular file")
+        if st.st_size != info["size"]:
+            raise _CorruptEntry(
+                f"{name} has {st.st_size} bytes, the manifest records {info['size']}"
+            )
+
+
+def _check_hashes(folder: Path, files: Mapping[str, Any]) -> None:
+    for name, info in files.items():
+        path = folder.joinpath(*PurePosixPath(name).parts)
+        try:
+            actual = sha256_file(path)
+        except OSError as err:
+            raise _CorruptEntry(f"{name} cannot be read ({err})") from None
+        if actual != info["sha256"]:
+            raise _CorruptEntry(f"{name} does not match its recorded sha256")
+
+
+def _verify(folder: Path, key: str, required: Iterable[str] = ()) -> CacheEntry:
+    """Return the entry in ``folder`` or raise :class:`_CorruptEntry` saying what is wrong."""
+    if not is_real_dir(folder):
+        raise _CorruptEntry("entry is not a folder")
+    manifest = _read_manifest(folder)
+    files = _check_manifest_fields(manifest, key, required)
+    _check_nothing_unlisted(folder, files)
+    _check_sizes(folder, files)
+    _check_hashes(folder, files)
+    return CacheEntry(key=key, path=folder, manifest=manifest)
+
+
+def _is_own_entry(folder: Path, key: str) -> bool:
+    """Whether the folder at an entry's place is the library's to remove: marked, or (entries
+    of releases before the mark) holding a manifest that names it."""
+    if is_marked(folder):
+        return True
+    if not is_real_dir(folder):
+        return False
+    try:
+        return _read_manifest(folder).get("key") == key
+    except _CorruptEntry:
+        return False
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _collect_files(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every file the builder wrote, as (manifest name, path), in a stable order."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        base = Path(dirpath)
+        for entry_name in [*dirnames, *filenames]:
+            if (base / entry_name).is_symlink():
+                # A link could make a verified entry read data from outside the cache.
+                raise CacheError(f"the model builder created a symbolic link {base / entry_name}")
+        for filename in sorted(filenames):
+            path = base / filename
+            yield path.relative_to(folder).as_posix(), path
+
+
+def _describe_files(folder: Path) -> dict[str, dict[str, Any]]:
+    files: dict[str, dict[str, Any]] = {}
+    for name, path in _collect_files(folder):
+        if name == MANIFEST_NAME:
+            raise CacheError(
+                f"the model builder wrote a file named {MANIFEST_NAME}, which is reserved"
+            )
+        files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    if set(files) <= {OWNER_MARK}:
+        raise CacheError(f"the model builder wrote no files into {folder}")
+    return files
+
+
+def _key_of_temp(name: str) -> str | None:
+    """Key a temp folder belongs to, or None for names we did not create."""
+    if not name.startswith(_TMP_PREFIX):
+        return None
+    candidate = name[len(_TMP_PREFIX) : len(_TMP_PREFIX) + 64]
+    rest = name[len(_TMP_PREFIX) + 64 :]
+    if _KEY_PATTERN.fullmatch(candidate) and rest.startswith("-"):
+        return candidate
+    return None
+
+
+def _remove_own_temp(path: Path) -> None:
+    """Remove a build's leftover folder if the library made it; an empty one either way
+    (a build killed between making the folder and marking it leaves it empty)."""
+    if is_marked(path) or _is_own_entry(path, _key_of_temp(path.name) or ""):
+        remove_tree(path)
+    else:
+        remove_if_empty(path)
+
+
+def _unwritable(path: Path, err: OSError) -> CacheError:
+    reason = err.strerror or str(err)
+    return CacheError(
+        f"cannot create or write the model cache folder {path} ({reason}); set cache_dir= or "
+        f"the {CACHE_ENV_VAR} environment variable to a writable folder"
+    )
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+class ModelCache:
+    """Process-safe store of exported model folders.
+
+    Nothing is created on disk until the first build, so merely looking things up in a
+    missing or read-only folder never fails.
+    """
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
+        self.root: Path = resolve_cache_dir(cache_dir)
+        self.lock_timeout = lock_timeout
+
+    def __repr__(self) -> str:
+        return f"ModelCache(root={str(self.root)!r})"
+
+    # ---------------------------------------------------------------- public API
+
+    def lookup(self, key: str, required: Iterable[str] = ()) -> CacheEntry | None:
+        """The verified entry for ``key`` holding the ``required`` files, or None; a corrupt
+        entry is evicted on the way."""
+        _validate_key(key)
+        folder = self.root / key
+        if not os.path.lexists(folder):
+            return None
+        try:
+            return _verify(folder, key, required)
+        except _CorruptEntry:
+            pass
+        try:
+            with self._lock(key):
+                return self._verified(key, required, evict=True)
+        except CacheError as err:
+            # Still never served; only the clean-up had to be skipped (e.g. read-only cache).
+            logger.warning("Corrupt model cache entry %s not served or evicted: %s", folder, err)
+            return None
+
+    def get_or_build(
+        self,
+        key: str,
+        key_inputs: Mapping[str, Any],
+        build: Callable[[Path], Mapping[str, Any] | None],
+        required: Iterable[str] = (),
+    ) -> CacheResult:
+        """Return the entry for ``key``, running ``build(tmp_dir)`` only if no valid one exists.
+
+        What ``build`` returns (if anything) is recorded in the manifest under ``built``. An
+        entry without every ``required`` file is not valid.
+
+        If ``build`` raises, its exception propagates unchanged and the cache is left as it was.
+        """
+        start = time.perf_counter()
+        _validate_key(key)
+        required = tuple(required)
+        inputs_json = self._inputs_as_json(key_inputs)
+        entry = self._verified(key, required, evict=False)  # lock-free: entries never change
+        if entry is not None:
+            return CacheResult(entry=entry, hit=True, seconds=time.perf_counter() - start)
+        self._ensure_root()
+        with self._lock(key):
+            entry = self._verified(key, required, evict=True)
+            if entry is not None:  # another process built it while we waited
+                return CacheResult(entry=entry, hit=True, seconds=time.perf_counter() - start)
+            self._sweep_temp_dirs(locked_key=key)
+            entry = self._build_locked(key, inputs_json, build)
+        return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
+
+    def rebuild(
+        self,
+        stale: CacheEntry,
+        key_inputs: Mapping[str, Any],
+        build: Callable[[Path], Mapping[str, Any] | None],
+        required: Iterable[str] = (),
+    ) -> CacheResult:
+        """Replace ``stale`` (an entry its user refused: it does not compute what its key
+        promises here) by a fresh build, once that build has succeeded: a build that
+        fails (the same refusal, say) leaves the entry as it was, for callers whose
+        gates it meets. If another process replaced it meanwhile, that entry is returned
+        as a hit instead, for the caller to judge in turn."""
+        start = time.perf_counter()
+        key = _validate_key(stale.key)
+        required = tuple(required)
+        inputs_json = self._inputs_as_json(key_inputs)
+        self._ensure_root()
+        with self._lock(key):
+            current = self._verified(key, required, evict=True)
+            if current is not None and current.manifest != stale.manifest:
+                return CacheResult(entry=current, hit=True, seconds=time.perf_counter() - start)
+            entry = self._build_locked(key, inputs_json, build, replacing=current is not None)
+        return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
+
+    def entries(self) -> list[CacheEntry]:
+        """All valid entries, sorted by key.
+
+        Invalid entries are skipped, not evicted: listing is a read-only operation (it also
+        works on a read-only cache), and the next lookup or build of that key evicts them.
+        Verification hashes every file, so this costs a full read of the cache.
+        """
+        found: list[CacheEntry] = []
+        for key in self._entry_keys():
+            try:
+                found.append(_verify(self.root / key, key))
+            except _CorruptEntry:
+                continue
+        return found
+
+    def evict(self, key: str) -> bool:
+        """Remove the entry for ``key`` (valid or not) and what was derived from it; True if
+        there was an entry. Only what the library made is removed."""
+        _validate_key(key)
+        if not self.root.is_dir():  # the root may be a link: the user chose it
+            return False
+        with self._lock(key):
+            self._remove_temp_dirs_of(key)
+            self._remove_engines(key)
+            self._remove_compiled(key)
+            return self._remove_entry_locked(key)
+
+    def clear(self) -> int:
+        """Remove every entry, what was derived from them and the leftovers of crashed
+        builds; returns how many entries were removed.
+
+        Only folders the library made go (see :mod:`.ownership`); anything else in the
+        cache folder stays, and links are never followed. Lock files stay too: deleting a
+        lock file another process waits on would let two processes hold "the same" lock
+        on different files.
+        """
+        if not self.root.is_dir():
+            return 0
+        keys = set(self._entry_keys())
+        keys.update(key for path in self._temp_dirs() if (key := _key_of_temp(path.name)))
+        removed = 0
+        for key in sorted(keys):
+            removed += self.evict(key)
+        self._clear_engines()
+        self._clear_compiled()
+        return removed
+
+    def engine_dir(self, key: str, device: str, settings: str) -> Path | None:
+        """TensorRT's engine folder for entry ``key`` on ``device``, built with ``settings``
+        (a digest). Made on demand; None where the folder found there is not the library's
+        (a link, say): TensorRT then builds its engines anew on every start."""
+        _validate_key(key)
+        return self._derived(self.root / ENGINE_DIR / device / key / settings, "tensorrt-engines")
+
+    def timing_dir(self, device: str) -> Path | None:
+        """TensorRT's timing cache for ``device``, shared by every model. Made on demand;
+        None as for :meth:`engine_dir`."""
+        return self._derived(self.root / ENGINE_DIR / device / "timing", "tensorrt-timing")
+
+    def compiled_dir(self, key: str, cpu: str) -> Path | None:
+        """Where OpenVINO keeps entry ``key``'s compiled blobs for ``cpu`` (None when the
+        cache cannot be written, or the folder there is not the library's: OpenVINO then
+        compiles on every start). Per key, so that evicting the entry takes its blobs
+        along, and a blob can be checked as its entry is."""
+        _validate_key(key)
+        try:
+            return self._derived(self.root / COMPILED_DIR / cpu / key, "openvino-blobs")
+        except CacheError:
+            return None
+
+    def compiled_lock(self, compiled_dir: Path) -> KeyLock:
+        """The lock held while the blobs in ``compiled_dir`` are checked, written or removed."""
+        return self._folder_lock(compiled_dir)
+
+    def engine_lock(self, engine_dir: Path) -> KeyLock:
+        """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
+
+        Lock files live under ``.locks`` with the others and are never deleted: removing
+        a lock file another process waits on would hand out the same lock twice.
+        """
+        return self._folder_lock(engine_dir)
+
+    def _folder_lock(self, folder: Path) -> KeyLock:
+        """The lock of a derived folder under the cache root, named by its path there
+        (``tensorrt-<gpu>-<key>-<settings>.lock``, ``openvino-<cpu>-<key>.lock``)."""
+        name = "-".join(folder.relative_to(self.root).parts) + ".lock"
+        return KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
+
+    def _derived(self, folder: Path, kind: str) -> Path | None:
+        """``folder`` made (and marked) on demand, or None where what is there is not the
+        library's: derived folders have their unrecorded files deleted, so a user's folder
+        or a link must never be handed to a runtime as one."""
+        try:
+            made = make_owned_dir(self.root, folder, kind)
+        except OSError as err:
+            raise _unwritable(self.root, err) from err
+        if made is None:
+            logger.warning(
+                "spacy-accelerate: not using %s for %s: it is a link, or a folder that "
+                "spacy-accelerate did not make; it is left as it is.",
+                folder,
+                kind,
+            )
+        return made
+
+    def _device_dirs(self, kind: str = ENGINE_DIR) -> list[Path]:
+        """The per-device folders under ``kind`` (TensorRT's GPUs, OpenVINO's CPUs)."""
+        base = self.root / kind
+        return real_subdirs(base)
+
+    def _remove_engines(self, key: str) -> None:
+        """Remove the engines of ``key`` on every device, each under its lock."""
+        for device in self._device_dirs():
+            folder = device / key
+            for engines in real_subdirs(folder):
+                if is_marked(engines):
+                    with self.engine_lock(engines):
+                        remove_tree(engines)
+            remove_if_empty(folder)  # an engine made meanwhile stays, for its entry's next build
+
+    def _remove_compiled(self, key: str) -> None:
+        """Remove OpenVINO's blobs of ``key`` for every CPU, each under its lock."""
+        for cpu in self._device_dirs(COMPILED_DIR):
+            folder = cpu / key
+            if _is_own_blob_dir(folder):
+                with self.compiled_lock(folder):
+                    remove_tree(folder)
+
+    def _clear_compiled(self) -> None:
+        """Remove every key's blobs (keys without an entry included), each under its lock.
+        A folder a build makes meanwhile stays, as with engines."""
+        base = self.root / COMPILED_DIR
+        for cpu in self._device_dirs(COMPILED_DIR):
+            for child in real_subdirs(cpu):
+                if _KEY_PATTERN.fullmatch(child.name) and _is_own_blob_dir(child):
+                    with self.compiled_lock(child):
+                        remove_tree(child)
+            remove_if_empty(cpu)
+        remove_if_empty(base)
+
+    def _clear_engines(self) -> None:
+        """Remove the engines of every key, and the timing caches; nothing else."""
+        for device in self._device_dirs():
+            for child in real_subdirs(device):
+                if _KEY_PATTERN.fullmatch(child.name):
+                    self._remove_engines(child.name)
+            if is_marked(device / "timing"):
+                remove_tree(device / "timing")
+            remove_if_empty(device)
+        remove_if_empty(self.root / ENGINE_DIR)
+
+    def size_bytes(self) -> int:
+        """Total bytes of every file under the cache folder, leftovers included."""
+        total = 0
+        for dirpath, _dirnames, filenames in os.walk(self.root):
+            for filename in filenames:
+                try:
+                    total += os.lstat(os.path.join(dirpath, filename)).st_size
+                except OSError:
+                    continue  # removed while we walked
+        return total
+
+    # ---------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _inputs_as_json(key_inputs: Mapping[str, Any]) -> Any:
+        """Fail before the (slow) build if the inputs cannot be recorded in the manifest."""
+        try:
+            return json.loads(json.dumps(dict(key_inputs), sort_keys=True, allow_nan=False))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"key_inputs must be JSON-serialisable: {err}") from None
+
+    def _verified(
+        self, key: str, required: Iterable[str] = (), *, evict: bool
+    ) -> CacheEntry | None:
+        """The verified entry, or None. A corrupt one is evicted when ``evict`` (the caller
+        holds the key's lock), and only reported otherwise: the lock-free path of a hit
+        decides nothing, since a complete entry cannot change under it (writes rename)."""
+        folder = self.root / key
+        if not os.path.lexists(folder):
+            return None
+        try:
+            return _verify(folder, key, required)
+        except _CorruptEntry as why:
+            if evict:
+                if not self._remove_entry_locked(key) and os.path.lexists(folder):
+                    logger.warning(
+                        "Model cache entry %s is not valid (%s) and was not made by "
+                        "spacy-accelerate, so it is left alone and not served.",
+                        folder,
+                        why,
+                    )
+                    return None
+                logger.warning(
+                    "Evicted corrupt model cache entry %s (%s); it will be rebuilt when next "
+                    "needed.",
+                    folder,
+                    why,
+                )
+            return None
+
+    def _remove_entry_locked(self, key: str) -> bool:
+        """Remove the library's folder at ``key``'s place; True if there was one. Renamed
+        away first so no reader ever sees a half-deleted entry."""
+        folder = self.root / key
+        if not _is_own_entry(folder, key):
+            remove_if_empty(folder)  # an empty folder holds nothing of anyone's
+            return False
+        trash = self.root / f"{_TMP_PREFIX}{key}-evicted-{secrets.token_hex(4)}"
+        try:
+            os.rename(folder, trash)
+        except OSError:
+            remove_tree(folder)
+            return True
+        remove_tree(trash)
+        return True
+
+    def _build_locked(
+        self,
+        key: str,
+        inputs_json: Any,
+        build: Callable[[Path], Mapping[str, Any] | None],
+        *,
+        replacing: bool = False,
+    ) -> CacheEntry:
+        """Build into a temporary folder and rename it into place; ``replacing``: the
+        library's entry there goes only once the build has succeeded."""
+        target = self.root / key
+        if os.path.lexists(target) and not (replacing and _is_own_entry(target, key)):
+            raise CacheError(
+                f"cannot store the model at {target}: something there was not made by "
+                "spacy-accelerate. Move it away, or set cache_dir= (or the "
+                f"{CACHE_ENV_VAR} environment variable) to another folder."
+            )
+        tmp = self._make_temp_dir(key)
+        try:
+            built = build(tmp)
+            manifest = self._write_manifest(tmp, key, inputs_json, built)
+            if replacing:
+                self._remove_entry_locked(key)
+            try:
+                os.rename(tmp, target)
+            except OSError as err:
+                raise _unwritable(self.root, err) from err
+        except BaseException:
+            remove_tree(tmp)
+            raise
+        return CacheEntry(key=key, path=target, manifest=manifest)
+
+    @staticmethod
+    def _write_manifest(
+        folder: Path, key: str, inputs_json: Any, built: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        manifest: dict[str, Any] = {
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "key": key,
+            "key_inputs": inputs_json,
+            "files": _describe_files(folder),
+            "created": _utc_now_iso(),
+            "spacy_accelerate_version": __version__,
+        }
+        if built:  # what the builder chose (an int8 quantization plan, say)
+            manifest["built"] = dict(built)
+        data = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+        try:
+            with open(folder / MANIFEST_NAME, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            raise _unwritable(folder.parent, err) from err
+        return manifest
+
+    def _make_temp_dir(self, key: str) -> Path:
+        """Beside the target so the final rename stays on one filesystem and is atomic."""
+        tmp = self.root / f"{_TMP_PREFIX}{key}-{secrets.token_hex(8)}"
+        try:
+            tmp.mkdir()
+            write_mark(tmp, "entry")
+        except OSError as err:
+            remove_tree(tmp)
+            raise _unwritable(self.root, err) from err
+        return tmp
+
+    def _ensure_root(self) -> None:
+        try:
+            (self.root / _LOCK_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _unwritable(self.root, err) from err
+
+    def _lock(self, key: str) -> KeyLock:
+        return KeyLock(self.root / _LOCK_DIR / f"{key}.lock", self.lock_timeout, self.root)
+
+    def _entry_keys(self) -> list[str]:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        return sorted(name for name in names if _KEY_PATTERN.fullmatch(name))
+
+    def _temp_dirs(self) -> list[Path]:
+        """The leftovers of builds and evictions: named after a key, real folders."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        return [
+            self.root / name
+            for name in sorted(names)
+            if _key_of_temp(name) is not None and is_real_dir(self.root / name)
+        ]
+
+    def _remove_temp_dirs_of(self, key: str) -> None:
+        """Caller holds ``key``'s lock, so no build can be writing into these."""
+        for path in self._temp_dirs():
+            if _key_of_temp(path.name) == key:
+                _remove_own_temp(path)
+
+    def _sweep_temp_dirs(self, locked_key: str) -> None:
+        """Remove crashed builds' leftovers, for other keys only if their lock is free now."""
+        for path in self._temp_dirs():
+            temp_key = _key_of_temp(path.name)
+            if temp_key == locked_key:
+                _remove_own_temp(path)
+                continue
+            lock = self._lock(str(temp_key))
+            if not lock.try_acquire():
+                continue  # a live build holds it, or we cannot tell: leave it alone
+            try:
+                _remove_own_temp(path)
+            finally:
+                lock.release()
+
+
+def _is_own_blob_dir(folder: Path) -> bool:
+    """OpenVINO's blob folder of a key, made by the library: marked, or (folders of the
+    release before the mark) holding the library's record of its blobs."""
+    if is_marked(folder):
+        return True
+    try:
+        return is_real_dir(folder) and stat.S_ISREG((folder / "blobs.json").lstat().st_mode)
+    except OSError:
+        return False

@@ -1,0 +1,1 @@
+"""The spacy-accelerate command line."""

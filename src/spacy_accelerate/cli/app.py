@@ -1,0 +1,286 @@
+"""``spacy-accelerate`` / ``python -m spacy_accelerate``: the operator's command line.
+
+Every command reports a failure as one line on stderr and a non-zero exit
+status: operators script these commands (container builds, health checks),
+and a traceback is neither readable there nor actionable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:  # spaCy is imported lazily: `--help` and `doctor` stay fast
+    from spacy.language import Language
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+app = typer.Typer(
+    name="spacy-accelerate",
+    help="Run spaCy transformer pipelines on ONNX Runtime: same annotations, more documents/s.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+cache_app = typer.Typer(help="Inspect and manage the model cache.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+CacheDir = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", help="Model cache (default: $SPACY_ACCELERATE_CACHE or ~/.cache)."),
+]
+Provider = Annotated[str, typer.Option(help="auto, cpu, cuda, tensorrt or openvino.")]
+Precision = Annotated[str, typer.Option(help="fp32, fp16, bf16 or int8.")]
+
+
+class CommandError(Exception):
+    """A failure to report as one line."""
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Turn the failures a user can cause or fix into ``Error: ...`` and exit status 1."""
+    from spacy_accelerate.errors import SpacyAccelerateError
+
+    try:
+        yield
+    except (CommandError, SpacyAccelerateError, OSError, ValueError) as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        typer.echo(f"Error: {message}", err=True)
+        raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        typer.echo("Interrupted.", err=True)
+        raise typer.Exit(code=130) from None
+
+
+def _cache_folder(cache_dir: Path | None) -> Path | None:
+    if cache_dir is not None and cache_dir.exists() and not cache_dir.is_dir():
+        raise CommandError(f"--cache-dir {cache_dir} is a file; give a folder (it may not exist).")
+    return cache_dir
+
+
+def _load_pipeline(path: Path) -> Language:
+    import spacy
+
+    if not path.exists():
+        raise CommandError(
+            f"No pipeline at {path}: give the folder that nlp.to_disk() wrote (it holds "
+            "config.cfg)."
+        )
+    if path.is_dir() and not (path / "config.cfg").is_file():
+        raise CommandError(f"{path} is not a spaCy pipeline folder: it has no config.cfg.")
+    if path.is_file():
+        raise CommandError(f"{path} is a file; give the pipeline's folder (with config.cfg).")
+    return spacy.load(path)
+
+
+@app.command()
+def doctor(cache_dir: CacheDir = None) -> None:
+    """Versions, providers (and what to install for a missing one), GPU, cache."""
+    from spacy_accelerate.cli.doctor import diagnose
+
+    with one_line_errors():
+        found = diagnose(_cache_folder(cache_dir))
+    typer.echo("versions:")
+    for name, version in found.versions.items():
+        typer.echo(f"  {name:28s} {version or 'not installed'}")
+    typer.echo("providers:")
+    for status in found.providers:
+        mark = "yes" if status.available else "no "
+        typer.echo(f"  {status.provider.value:9s} {mark}  {status.detail}")
+    runtimes = ", ".join(found.onnxruntime_providers) or "onnxruntime not installed"
+    typer.echo(f"  (ONNX Runtime execution providers: {runtimes})")
+    typer.echo(f"cpu: {found.cpu}")
+    typer.echo(f"gpu: {found.gpu}")
+    typer.echo(
+        f"cache: {found.cache_dir} ({found.cache_entries} models, "
+        f"{found.cache_bytes / 2**20:.1f} MiB)"
+    )
+
+
+def _read_lines(texts_file: Path) -> list[str]:
+    """The non-empty lines of a UTF-8 texts file, one document each."""
+    if not texts_file.is_file():
+        raise CommandError(f"No texts file at {texts_file}: give a UTF-8 file, one text a line.")
+    texts = [line.strip() for line in texts_file.read_text(encoding="utf8").splitlines()]
+    texts = [text for text in texts if text]
+    if not texts:
+        raise CommandError(f"{texts_file} has no text: write one document per line.")
+    return texts
+
+
+@app.command()
+def optimize(
+    pipeline_path: Annotated[Path, typer.Argument(help="A pipeline folder (nlp.to_disk).")],
+    provider: Provider = "auto",
+    precision: Precision = "fp32",
+    cache_dir: CacheDir = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Also save the optimized pipeline here (it loads accelerated)."),
+    ] = None,
+    warmup: Annotated[bool, typer.Option(help="Run the batch shapes once before serving.")] = True,
+    verify: Annotated[
+        bool, typer.Option(help="Check a cached model against PyTorch again when it loads.")
+    ] = True,
+    tolerance: Annotated[
+        float | None, typer.Option(help="fp32: largest absolute difference to PyTorch.")
+    ] = None,
+    min_cosine: Annotated[
+        float | None, typer.Option(help="fp16, bf16, int8: least token cosine to PyTorch.")
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="CPU threads (default: this process's CPUs).")
+    ] = None,
+    device_id: Annotated[
+        int | None, typer.Option(min=0, help="CUDA device (cuda, tensorrt).")
+    ] = None,
+    fallback: Annotated[
+        bool, typer.Option(help="Fall back TensorRT -> CUDA -> CPU instead of failing.")
+    ] = False,
+    calibration_file: Annotated[
+        Path | None,
+        typer.Option(help="openvino int8: UTF-8 texts like yours, one per line, to calibrate on."),
+    ] = None,
+    min_agreement: Annotated[
+        float | None,
+        typer.Option(help="openvino int8: least share of tokens whose tags/entities must stay."),
+    ] = None,
+    lock_timeout: Annotated[
+        float | None,
+        typer.Option(min=0, help="Seconds to wait for another process building the model."),
+    ] = None,
+    missing_cache: Annotated[
+        str,
+        typer.Option(
+            help="What --output's pipeline does where its model is not cached: rebuild or pytorch."
+        ),
+    ] = "rebuild",
+) -> None:
+    """Build the pipeline's cache entries ahead of time (e.g. in a container image)."""
+    from spacy_accelerate import api as accelerate
+
+    with one_line_errors():
+        nlp = _load_pipeline(pipeline_path)
+        accelerate.optimize(
+            nlp,
+            provider,
+            precision,
+            cache_dir=_cache_folder(cache_dir),
+            warmup=warmup,
+            verify=verify,
+            tolerance=tolerance,
+            min_cosine=min_cosine,
+            threads=threads,
+            device_id=device_id,
+            fallback=fallback,
+            calibration_texts=_read_lines(calibration_file) if calibration_file else None,
+            min_agreement=min_agreement,
+            lock_timeout=lock_timeout,
+            missing_cache=missing_cache,
+        )
+        for name, proxy in accelerate.accelerated_components(nlp).items():
+            typer.echo(
+                f"{name}: served by {proxy.session.provider.provider.value} "
+                f"{proxy.session.config.precision.value}"
+            )
+            exported, parity = proxy.exported, proxy.exported.parity
+            source = "cache hit" if exported.cache_hit else "exported"
+            checked = (
+                f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+                + (f", mean {parity.worst_mean_cosine:.5f}" if parity.mean_cosine else "")
+                + (f", plan: {parity.plan}" if parity.plan else "")
+                if parity
+                else "not re-checked"
+            )
+            typer.echo(f"{name}: {source}, key {exported.key[:16]}, {checked}")
+            if exported.compiled_as:
+                typer.echo(f"  compiled as {exported.compiled_as}")
+            typer.echo(f"  {exported.path}")
+        if output is not None:
+            nlp.to_disk(output)
+            typer.echo(f"saved the optimized pipeline to {output}")
+
+
+@app.command()
+def bench(
+    pipeline_path: Annotated[Path, typer.Argument(help="A pipeline folder (nlp.to_disk).")],
+    texts_file: Annotated[Path, typer.Argument(help="UTF-8 text, one document per line.")],
+    provider: Provider = "cpu",
+    precision: Annotated[
+        list[str], typer.Option(help="Precision(s) to compare with PyTorch; repeat the option.")
+    ] = ["fp32"],  # noqa: B006 - typer reads the default, never mutates it
+    batch_size: int = 64,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    output: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+) -> None:
+    """Your pipeline on your texts: PyTorch vs accelerated, side by side, with agreement."""
+    from spacy_accelerate.bench.side_by_side import side_by_side, write_report
+
+    with one_line_errors():
+        texts = _read_lines(texts_file)
+        nlp = _load_pipeline(pipeline_path)
+        variants = {p: {"provider": provider, "precision": p} for p in precision}
+        result = side_by_side(nlp, texts, variants, batch_size=batch_size, repeats=repeats)
+    typer.echo(f"{len(texts)} texts, {result.words:,} words, batch {batch_size}, {repeats} passes")
+    typer.echo(f"  {'PyTorch fp32':22s} {result.pytorch_wps:9,.0f} words/s")
+    for name, variant in result.variants.items():
+        rates = ", ".join(f"{k} {variant.agreement.rate(k):.2%}" for k in variant.agreement.same)
+        typer.echo(
+            f"  {provider + ' ' + name:22s} {result.wps(name):9,.0f} words/s "
+            f"{result.speedup(name):.2f}x  agreement: {rates}"
+        )
+    if output is not None:
+        write_report(result.as_dict(), output)
+
+
+@cache_app.command("list")
+def cache_list(cache_dir: CacheDir = None) -> None:
+    """The cached models: key, family, provider, precision, size, creation time."""
+    from spacy_accelerate.cache.listing import list_cached
+
+    with one_line_errors():
+        entries = list_cached(_cache_folder(cache_dir))
+    if not entries:
+        typer.echo("no cached models")
+    for entry in entries:
+        typer.echo(
+            f"{entry.key[:16]}  {entry.family or '?':12s} {entry.provider or '?':9s} "
+            f"{entry.precision or '?':5s} {entry.size_bytes / 2**20:8.1f} MiB  {entry.created}"
+        )
+
+
+@cache_app.command("size")
+def cache_size_command(cache_dir: CacheDir = None) -> None:
+    """Disk used by the cache."""
+    from spacy_accelerate.cache.listing import cache_size
+    from spacy_accelerate.cache.store import default_cache_dir
+
+    with one_line_errors():
+        size = cache_size(_cache_folder(cache_dir))
+    typer.echo(f"{size / 2**20:.1f} MiB in {cache_dir or default_cache_dir()}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    cache_dir: CacheDir = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    """Remove every cached model (they are rebuilt on the next optimize())."""
+    from spacy_accelerate.cache.listing import clear_cache
+
+    with one_line_errors():
+        folder = _cache_folder(cache_dir)
+        if not yes and not typer.confirm(f"Remove every cached model in {folder or 'the cache'}?"):
+            raise typer.Exit(code=1)
+        removed = clear_cache(folder)
+    typer.echo(f"removed {removed} cached models")
+
+
+def main() -> None:
+    app()

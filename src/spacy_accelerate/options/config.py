@@ -1,0 +1,258 @@
+"""The validated options of one ``optimize()`` call.
+
+All options are checked once, here, and then travel as one frozen
+:class:`OptimizeConfig`: the later steps never see a raw string, and the
+cache key is computed from exactly the values that shaped the exported file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.gpu import GpuOptions
+
+
+class Provider(str, Enum):
+    """Where the transformer runs once it has been accelerated."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+    TENSORRT = "tensorrt"
+    OPENVINO = "openvino"
+
+
+class Precision(str, Enum):
+    """The numeric precision of the exported model."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    INT8 = "int8"
+
+
+class MissingCache(str, Enum):
+    """What a saved or pickled pipeline does where it loads and its cache entry is not
+    there: export it again from the pipeline's own weights, or run on PyTorch (with a
+    warning) instead of exporting at load time."""
+
+    REBUILD = "rebuild"
+    PYTORCH = "pytorch"
+
+
+def texts_digest(texts: Sequence[str]) -> str:
+    """SHA256 of calibration texts: what is saved of them instead of the texts."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+#: The provider/precision pairs this release serves, in the order benchmarks list
+#: them. Others are rejected with a clear error instead of being half-supported.
+SERVED: tuple[tuple[Provider, Precision], ...] = (
+    (Provider.CPU, Precision.FP32),
+    (Provider.CPU, Precision.INT8),
+    (Provider.CUDA, Precision.FP32),
+    (Provider.CUDA, Precision.FP16),
+    (Provider.TENSORRT, Precision.FP32),
+    (Provider.TENSORRT, Precision.FP16),
+    (Provider.OPENVINO, Precision.FP32),
+    (Provider.OPENVINO, Precision.BF16),
+    (Provider.OPENVINO, Precision.INT8),
+)
+SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(SERVED)
+
+#: The providers that run on an NVIDIA GPU (IO binding, buckets, CUDA graphs).
+GPU_PROVIDERS: frozenset[Provider] = frozenset({Provider.CUDA, Provider.TENSORRT})
+
+#: The fp32 parity gate of DESIGN.md: the largest allowed absolute difference
+#: between a hidden state of the exported model and of the PyTorch module.
+DEFAULT_TOLERANCE = 1e-4
+
+#: The fp32 gate on a GPU: TensorRT builds fp32 engines with TF32 tensor cores
+#: (10-bit mantissa inputs) and GPU kernels reduce in other orders than the
+#: CPU, so 1e-4 is out of reach there. (The CUDA provider runs with TF32 off.)
+DEFAULT_GPU_TOLERANCE = 1e-3
+
+#: The gate of int8: the smallest allowed cosine similarity between one
+#: token's hidden state and PyTorch's fp32 one.
+DEFAULT_MIN_COSINE = 0.99
+
+#: The gate of OpenVINO's calibrated int8: the mean token cosine over the pieces
+#: spaCy reads in the calibration documents (see :class:`~spacy_accelerate.options.gate.Gate`).
+DEFAULT_OPENVINO_INT8_MIN_COSINE = 0.995
+
+#: ... and the floor under every single piece of them, catching a broken model.
+CALIBRATED_COSINE_FLOOR = 0.95
+
+#: The pipeline's own tags and entities must agree this often with PyTorch's on the
+#: calibration documents for OpenVINO's int8 to be served.
+DEFAULT_MIN_AGREEMENT = 0.995
+
+#: The gate of fp16 and bf16, tighter than int8's: half precision loses far less.
+DEFAULT_FP16_MIN_COSINE = 0.999
+
+#: Seconds to wait for another process building the same model (``lock_timeout``).
+DEFAULT_LOCK_TIMEOUT = 3600.0
+
+#: ONNX opset used by the exporter; part of the cache key.
+DEFAULT_OPSET = 17
+
+
+def parse_enum(enum_type: type[Enum], value: Any, option: str) -> Any:
+    if isinstance(value, enum_type):
+        return value
+    if isinstance(value, str):
+        try:
+            return enum_type(value.strip().lower())
+        except ValueError:
+            pass
+    valid = ", ".join(repr(member.value) for member in enum_type)
+    raise InvalidOptionError(f"Unknown {option} {value!r}. Valid values: {valid}.")
+
+
+def parse_provider(value: str | Provider) -> Provider:
+    """Turn a user's provider string into a :class:`Provider`, or explain the valid ones."""
+    return parse_enum(Provider, value, "provider")
+
+
+def parse_precision(value: str | Precision) -> Precision:
+    """Turn a user's precision string into a :class:`Precision`, or explain the valid ones."""
+    return parse_enum(Precision, value, "precision")
+
+
+def default_threads() -> int:
+    # The CPUs this process may run on, not the machine's: containers and
+    # `taskset` restrict the former, and oversubscription costs more than it gains.
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    """Everything ``optimize()`` was asked to do, validated.
+
+    ``tolerance`` and ``min_cosine`` are kept as the user gave them (None:
+    not given), because their defaults depend on where the model ends up
+    running, which ``auto`` and ``fallback`` only decide later.
+    """
+
+    provider: Provider
+    precision: Precision
+    cache_dir: Path | None
+    warmup: bool
+    verify: bool
+    intra_op_threads: int
+    tolerance: float | None = None
+    min_cosine: float | None = None
+    opset: int = DEFAULT_OPSET
+    gpu: GpuOptions = GpuOptions()
+    fallback: bool = False
+    #: OpenVINO int8's calibration texts (None: the built-in sample, or only their
+    #: digest is known: a saved pipeline, whose texts were never written to disk).
+    calibration_texts: tuple[str, ...] | None = None
+    #: OpenVINO int8: the least share of calibration tokens whose tags and entities
+    #: must stay as PyTorch's (None: ``DEFAULT_MIN_AGREEMENT``).
+    min_agreement: float | None = None
+    #: The SHA256 (:func:`texts_digest`) and number of the calibration texts given, the
+    #: only things saved of them.
+    calibration_sha256: str | None = None
+    calibration_count: int | None = None
+    #: Seconds to wait for another process building the same model.
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    #: What a saved or pickled pipeline does where its cache entry is missing.
+    missing_cache: MissingCache = MissingCache.REBUILD
+
+    @property
+    def agreement_bound(self) -> float:
+        return DEFAULT_MIN_AGREEMENT if self.min_agreement is None else self.min_agreement
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the model is quantized with statistics of real text (OpenVINO int8)."""
+        return self.provider is Provider.OPENVINO and self.precision is Precision.INT8
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.provider in GPU_PROVIDERS
+
+    def export_options(self) -> dict[str, Any]:
+        """The options that change the exported file, hence part of the cache key."""
+        options: dict[str, Any] = {
+            "provider": self.provider.value,
+            "precision": self.precision.value,
+            "opset": self.opset,
+            "fixed_shapes": None,
+        }
+        return options
+
+    def gate(self) -> Gate:
+        """fp32 must match PyTorch within the tolerance; fp16, bf16 and int8 must keep every
+        token's direction (cosine); calibrated int8 is held to the mean over the pieces spaCy
+        reads, with a floor under every piece (see :class:`~.gate.Gate`)."""
+        if self.precision is Precision.FP32:
+            return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
+        bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
+        if self.calibrated:
+            return Gate(min_cosine=min(CALIBRATED_COSINE_FLOOR, bound), min_mean_cosine=bound)
+        return Gate(min_cosine=bound)
+
+    def served_by(self, provider: Provider) -> OptimizeConfig:
+        """This request served by ``provider`` instead (a fallback): a precision that
+        provider cannot serve becomes fp32."""
+        served = (provider, self.precision) in SUPPORTED_COMBINATIONS
+        return replace(
+            self, provider=provider, precision=self.precision if served else Precision.FP32
+        )
+
+
+def default_tolerance(provider: Provider) -> float:
+    """The fp32 parity bound: near-exact on a CPU, TF32-sized on a GPU."""
+    return DEFAULT_GPU_TOLERANCE if provider in GPU_PROVIDERS else DEFAULT_TOLERANCE
+
+
+def default_min_cosine(precision: Precision, provider: Provider = Provider.CPU) -> float:
+    """The token cosine bound of a reduced precision. OpenVINO's int8 is calibrated on
+    real text and held to a tighter bound than ONNX Runtime's dynamic int8."""
+    if precision in (Precision.FP16, Precision.BF16):
+        return DEFAULT_FP16_MIN_COSINE
+    if provider is Provider.OPENVINO:
+        return DEFAULT_OPENVINO_INT8_MIN_COSINE
+    return DEFAULT_MIN_COSINE
+
+
+def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:
+    """Why ``gpu`` cannot be served by ``provider``, or None."""
+    if provider is Provider.TENSORRT and gpu.cuda_graph:
+        return (
+            "cuda_graph=True is not available with provider='tensorrt': ONNX Runtime's TensorRT "
+            "provider keeps a single CUDA graph per session, which cannot serve several bucket "
+            "shapes. Use provider='cuda' with cuda_graph=True, or TensorRT without CUDA graphs."
+        )
+    return None
+
+
+def check_supported(provider: Provider, precision: Precision) -> None:
+    """Refuse a provider/precision pair this release cannot serve yet."""
+    if (provider, precision) in SUPPORTED_COMBINATIONS:
+        return
+    served = ", ".join(
+        f"provider={p.value!r} with precision={q.value!r}"
+        for p, q in sorted(SUPPORTED_COMBINATIONS, key=lambda pair: (pair[0].value, pair[1].value))
+    )
+    raise InvalidOptionError(
+        f"provider={provider.value!r} with precision={precision.value!r} is not available in "
+        f"this release of spacy-accelerate. Supported: {served}."
+    )

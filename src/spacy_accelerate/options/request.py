@@ -1,0 +1,236 @@
+"""The options of ``optimize()``, spelled once.
+
+:class:`OptimizeOptions` is the one list of ``optimize()``'s keyword options, their
+defaults and their types: ``optimize()`` takes exactly its fields (a test holds it to
+that), :func:`validate` checks them into an :class:`~.config.OptimizeConfig`, and the
+record saved with a pipeline (:class:`OptimizeRequest`) goes back to them field by field.
+The load callback and the command line's ``optimize`` take the same names with the same
+defaults (tests hold both to this class). Adding an option: a field here, its check in
+:func:`validate`, its field in :class:`~.config.OptimizeConfig`, and its use.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.options.config import (
+    DEFAULT_FP16_MIN_COSINE,
+    DEFAULT_GPU_TOLERANCE,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_MIN_AGREEMENT,
+    DEFAULT_MIN_COSINE,
+    DEFAULT_OPENVINO_INT8_MIN_COSINE,
+    DEFAULT_TOLERANCE,
+    MissingCache,
+    OptimizeConfig,
+    Precision,
+    Provider,
+    check_gpu_options,
+    default_threads,
+    parse_enum,
+    parse_precision,
+    parse_provider,
+    texts_digest,
+)
+from spacy_accelerate.options.gpu import GpuOptions, parse_gpu_options
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    """``optimize()``'s options as a user gives them (see ``optimize()`` for each)."""
+
+    provider: str | Provider = "auto"
+    precision: str | Precision = "fp32"
+    cache_dir: str | os.PathLike[str] | None = None
+    warmup: bool = True
+    verify: bool = True
+    tolerance: float | None = None
+    min_cosine: float | None = None
+    threads: int | None = None
+    device_id: int | None = None
+    fallback: bool = False
+    gpu: GpuOptions | Mapping[str, Any] | None = None
+    calibration_texts: Sequence[str] | None = None
+    min_agreement: float | None = None
+    lock_timeout: float | None = None
+    missing_cache: str | MissingCache = MissingCache.REBUILD.value
+
+
+def build_config(
+    provider: str | Provider = "auto", precision: str | Precision = "fp32", **options: Any
+) -> OptimizeConfig:
+    """Validate ``optimize()``'s options (keyword names as there, see
+    :class:`~spacy_accelerate.options.request.OptimizeOptions`); ``provider`` may still be
+    ``auto`` here: :func:`spacy_accelerate.backends.registry.check_provider` resolves it,
+    because only it knows what is installed."""
+    return validate(OptimizeOptions(provider=provider, precision=precision, **options))
+
+
+def validate(options: OptimizeOptions) -> OptimizeConfig:
+    """The checked :class:`OptimizeConfig` of ``options``, or an
+    :class:`~spacy_accelerate.errors.InvalidOptionError` naming the keyword to fix."""
+    tolerance, min_cosine = options.tolerance, options.min_cosine
+    min_agreement, threads = options.min_agreement, options.threads
+    lock_timeout = options.lock_timeout
+    parsed_provider = parse_provider(options.provider)
+    parsed_precision = parse_precision(options.precision)
+    if tolerance is not None and not (isinstance(tolerance, int | float) and 0 < tolerance < 1):
+        raise InvalidOptionError(
+            f"tolerance must be a number between 0 and 1, got {tolerance!r}; the default "
+            f"is {DEFAULT_TOLERANCE} on a CPU and {DEFAULT_GPU_TOLERANCE} on a GPU."
+        )
+    if min_cosine is not None and not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
+        raise InvalidOptionError(
+            f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
+            f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_OPENVINO_INT8_MIN_COSINE} for OpenVINO's "
+            f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16."
+        )
+    if min_agreement is not None and not (
+        isinstance(min_agreement, int | float)
+        and not isinstance(min_agreement, bool)
+        and 0 < min_agreement <= 1
+    ):
+        raise InvalidOptionError(
+            f"min_agreement must be a number in (0, 1], got {min_agreement!r}; the default is "
+            f"{DEFAULT_MIN_AGREEMENT} (the share of calibration tokens whose tags and entities "
+            "must stay as PyTorch's for OpenVINO's int8)."
+        )
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
+    if lock_timeout is not None and not (
+        isinstance(lock_timeout, int | float)
+        and not isinstance(lock_timeout, bool)
+        and lock_timeout >= 0
+        and math.isfinite(lock_timeout)
+    ):
+        raise InvalidOptionError(
+            f"lock_timeout must be a number of seconds (0 or more), got {lock_timeout!r}; "
+            f"the default is {DEFAULT_LOCK_TIMEOUT:g}."
+        )
+    gpu_options = parse_gpu_options(options.gpu, device_id=options.device_id)
+    problem = check_gpu_options(parsed_provider, gpu_options)
+    if problem is not None:
+        raise InvalidOptionError(problem)
+    texts = _parse_texts(options.calibration_texts)
+    cache_dir = options.cache_dir
+    return OptimizeConfig(
+        provider=parsed_provider,
+        precision=parsed_precision,
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        warmup=bool(options.warmup),
+        verify=bool(options.verify),
+        tolerance=float(tolerance) if tolerance is not None else None,
+        min_cosine=float(min_cosine) if min_cosine is not None else None,
+        intra_op_threads=threads if threads is not None else default_threads(),
+        gpu=gpu_options,
+        fallback=bool(options.fallback),
+        calibration_texts=texts,
+        min_agreement=float(min_agreement) if min_agreement is not None else None,
+        calibration_sha256=texts_digest(texts) if texts is not None else None,
+        calibration_count=len(texts) if texts is not None else None,
+        lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
+        missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
+    )
+
+
+def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
+    if texts is None:
+        return None
+    chosen = () if isinstance(texts, str) else tuple(texts)  # a generator is read once
+    if not chosen or not all(isinstance(text, str) and text.strip() for text in chosen):
+        raise InvalidOptionError(
+            "calibration_texts must be a non-empty list of non-blank strings (texts like the "
+            "ones you will process), or None for the built-in English sample."
+        )
+    return chosen
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    """The options of an ``optimize()`` call as saved with the pipeline (not resolved for
+    this machine: ``auto``, the thread count and the cache folder are resolved again
+    where it loads)."""
+
+    provider: str = "auto"
+    precision: str = "fp32"
+    warmup: bool = True
+    verify: bool = True
+    tolerance: float | None = None
+    min_cosine: float | None = None
+    threads: int | None = None
+    device_id: int | None = None
+    fallback: bool = False
+    #: :class:`~spacy_accelerate.GpuOptions` as plain values (``GpuOptions.as_dict``).
+    gpu: dict[str, Any] | None = None
+    min_agreement: float | None = None
+    lock_timeout: float | None = None
+    missing_cache: str = MissingCache.REBUILD.value
+    #: The cache folder to use where the pipeline loads: never saved, only given at load.
+    cache_dir: str | None = None
+    #: The cache folder ``optimize()`` was given (absolute), used where it loads only if
+    #: it still works there; None: the environment variable or the default, as then.
+    saved_cache_dir: str | None = None
+    #: Calibration texts to use where the pipeline loads: never saved, only given at load.
+    calibration_texts: list[str] | None = None
+    #: What is saved of the calibration texts ``optimize()`` was given.
+    calibration_sha256: str | None = None
+    calibration_count: int | None = None
+
+    @classmethod
+    def from_config(cls, config: OptimizeConfig, *, threads: int | None) -> OptimizeRequest:
+        """The request behind ``config``; ``threads`` as given (None: this machine's CPUs)."""
+        cache_dir = config.cache_dir
+        return cls(
+            provider=config.provider.value,
+            precision=config.precision.value,
+            warmup=config.warmup,
+            verify=config.verify,
+            tolerance=config.tolerance,
+            min_cosine=config.min_cosine,
+            threads=threads,
+            device_id=config.gpu.device_id,
+            fallback=config.fallback,
+            gpu=config.gpu.as_dict(),
+            min_agreement=config.min_agreement,
+            lock_timeout=config.lock_timeout,
+            missing_cache=config.missing_cache.value,
+            saved_cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
+            # Kept in memory for the load hooks (new weights need calibrating again);
+            # never written: see saved() and __getstate__.
+            calibration_texts=list(config.calibration_texts) if config.calibration_texts else None,
+            calibration_sha256=config.calibration_sha256,
+            calibration_count=config.calibration_count,
+        )
+
+    def options(self, cache_dir: str | os.PathLike[str] | None) -> OptimizeOptions:
+        """``optimize()``'s options of this record (every field of the same name), with
+        ``cache_dir`` as resolved where the pipeline loads."""
+        given = {f.name: getattr(self, f.name) for f in fields(OptimizeOptions)}
+        return OptimizeOptions(**{**given, "cache_dir": cache_dir})
+
+    def to_config(self, cache_dir: str | os.PathLike[str] | None = None) -> OptimizeConfig:
+        """The validated options for the machine the pipeline loads on, its cache folder
+        ``cache_dir`` (resolved there, see :mod:`spacy_accelerate.cache.location`)."""
+        config = validate(self.options(cache_dir))
+        if self.calibration_texts is None and self.calibration_sha256 is not None:
+            config = replace(
+                config,
+                calibration_sha256=self.calibration_sha256,
+                calibration_count=self.calibration_count,
+            )
+        return config
+
+    def saved(self) -> dict[str, Any]:
+        """The options as written into ``config.cfg``: the load-time overrides empty."""
+        return asdict(replace(self, cache_dir=None, calibration_texts=None))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A pickled pipeline carries no calibration texts either (their digest finds the
+        # cache entry).
+        return {**self.__dict__, "calibration_texts": None}

@@ -1,0 +1,110 @@
+"""Step 8: swap the proxy into the shim, and undo it.
+
+Two attributes change: the shim's module becomes the proxy, and the thinc
+wrapper's ``convert_inputs`` is wrapped so that every call tells the module
+whether the listeners read all layers. Passing the flag per call (instead of
+the proxy reading it from a layer it holds) keeps copies of the model
+(``Model.copy()``, ``copy.deepcopy``) correct: each copy's own layer decides.
+The flag goes only to an accelerated encoder, read from the shim in the same
+batch (:mod:`.swap` keeps the module fixed for a batch in flight), so a PyTorch
+module put back while another thread annotates never receives it; the wrapper
+and the guard therefore stay after ``restore()``, changing no result.
+The originals are kept on the proxy and the wrapper, so ``restore()`` needs no
+registry that could drift from the pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from thinc.api import Model
+from thinc.shims import PyTorchShim
+from thinc.types import ArgsKwargs
+
+from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
+from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.pipeline.swap import (
+    held_exclusively,
+    install_guard,
+    scoped_module,
+    swap_module,
+)
+
+#: Set by spacy-curated-transformers on the wrapper before every call: whether
+#: the listeners read every layer or only the last one.
+ALL_LAYERS_ATTR = "_all_layer_outputs"
+CONVERT_INPUTS = "convert_inputs"
+
+
+@dataclass(frozen=True)
+class PassLayerFlag:
+    """A ``convert_inputs`` that also passes the wrapper's all-layers flag to an
+    accelerated encoder."""
+
+    inner: Callable[..., tuple[ArgsKwargs, Callable[..., Any]]]
+
+    def __call__(self, model: Model, X: Any, is_train: bool) -> tuple[ArgsKwargs, Callable]:
+        inputs, backprop = self.inner(model, X, is_train)
+        shims = [shim for shim in model.shims if isinstance(shim, PyTorchShim)]
+        if not shims or not isinstance(shims[0]._model, AcceleratedEncoder):
+            return inputs, backprop
+        flag = bool(model.attrs.get(ALL_LAYERS_ATTR, True))
+        kwargs = {**inputs.kwargs, ALL_LAYERS_KWARG: flag}
+        return ArgsKwargs(args=inputs.args, kwargs=kwargs), backprop
+
+
+def guard(location: ShimLocation) -> None:
+    """Make ``location``'s layer safe to swap while other threads run it (idempotent)."""
+    install_guard(location.layer)
+    convert = location.layer.attrs.get(CONVERT_INPUTS)
+    if convert is not None and not isinstance(convert, PassLayerFlag):
+        location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
+
+
+def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
+    guard(location)
+    swap_module(location.layer, proxy)
+
+
+def reads_all_layers(location: ShimLocation) -> bool:
+    """Whether the pipeline reads every layer of this transformer (what warm-up runs)."""
+    proxy = location.shim._model
+    if isinstance(proxy, AcceleratedEncoder):
+        return bool(location.layer.attrs.get(ALL_LAYERS_ATTR, True))
+    config = getattr(location.pytorch_module, "config", None)
+    return bool(getattr(config, "output_hidden_states", False))
+
+
+def is_patched(location: ShimLocation) -> bool:
+    return isinstance(location.shim._model, AcceleratedModule)
+
+
+def unpatch(location: ShimLocation) -> bool:
+    """Put the original module back; return whether there was anything to undo. The guard
+    stays (:mod:`.swap`): it passes nothing to a PyTorch module and changes no result."""
+    proxy = location.shim._model
+    if isinstance(proxy, AcceleratedModule):
+        swap_module(location.layer, proxy.original)
+    return isinstance(proxy, AcceleratedModule)
+
+
+def revert(location: ShimLocation, previous: torch.nn.Module) -> None:
+    """Return ``location`` to the module it held before this call (proxy or original)."""
+    if isinstance(previous, AcceleratedModule):
+        patch(location, previous)
+    else:
+        unpatch(location)
+
+
+def scoped(location: ShimLocation, module: torch.nn.Module) -> Any:
+    """Run ``location``'s layer with ``module`` in this thread only (calibration, the
+    agreement gate): other threads keep the module they run."""
+    return scoped_module(location.layer, module)
+
+
+def exclusive(location: ShimLocation) -> Any:
+    """Hold ``location``'s layer for this thread alone (no batch runs on it meanwhile)."""
+    return held_exclusively(location.layer)

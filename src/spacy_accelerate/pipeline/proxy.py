@@ -1,0 +1,327 @@
+"""Step 7: the torch module that stands in for the PyTorch transformer.
+
+spaCy's thinc wrapper calls the shim's module and reads its output; each
+proxy keeps the contract of the module it replaces exactly, so the span
+striding, tokenization, unpadding and listeners around it run unchanged:
+
+- :class:`AcceleratedEncoder` for spacy-curated-transformers: padded
+  ``input_ids`` in, ``PyTorchTransformerOutput`` out;
+- :class:`AcceleratedHFModel` for spacy-transformers: a Hugging Face model's
+  keyword inputs in, the same ``ModelOutput`` class with the same fields out
+  (``last_hidden_state``, ``pooler_output`` where the model has a pooler,
+  ``hidden_states`` where the config asks for them).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import singledispatch
+from typing import Any
+
+import torch
+from curated_transformers.models.attention import AttentionMask
+from curated_transformers.models.curated_transformer import CuratedTransformer
+from curated_transformers.models.output import PyTorchTransformerOutput
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
+from spacy_accelerate.build.get_or_export import ExportedModel, reopen
+from spacy_accelerate.errors import InferenceOnlyError, UnsupportedArchitectureError
+from spacy_accelerate.options.config import MissingCache, OptimizeConfig
+from spacy_accelerate.runtime.providers import ResolvedProvider
+from spacy_accelerate.runtime.session import Session, SessionLayout
+
+logger = logging.getLogger("spacy_accelerate")
+
+#: Keyword the patched ``convert_inputs`` adds: whether every layer is read.
+ALL_LAYERS_KWARG = "all_layer_outputs"
+
+RESTORE_HINT = (
+    "Call spacy_accelerate.restore(nlp) to put the PyTorch transformer back first, "
+    "then optimize() again after training."
+)
+
+
+def _unrequested() -> torch.Tensor:
+    # Stands where a layer that was not computed would be. Any use of it as a
+    # (batch, sequence, width) tensor fails loudly instead of reading a copy
+    # of another layer.
+    return torch.empty(0)
+
+
+class AcceleratedModule(torch.nn.Module):
+    """What both proxies share: the session, the original module, and their lifecycle."""
+
+    #: The PyTorch module this one stands in for (what ``restore()`` puts back).
+    original: torch.nn.Module
+
+    def __init__(
+        self,
+        session: Session,
+        spec: EncoderSpec,
+        original: torch.nn.Module,
+        exported: ExportedModel,
+    ) -> None:
+        super().__init__()
+        self.session = session
+        self.spec = spec
+        self.exported = exported
+        # Kept outside torch's module registry: the original is not part of
+        # this module's parameters, only what restore() puts back.
+        object.__setattr__(self, "original", original)
+
+    def _check_inference(self) -> None:
+        if self.training and torch.is_grad_enabled():
+            raise InferenceOnlyError(
+                "This transformer has been accelerated by spacy-accelerate and is inference-only; "
+                f"it cannot be trained. {RESTORE_HINT}"
+            )
+
+    def served_outputs(self, all_layers: bool) -> tuple[str, ...]:
+        """The graph outputs one call reads: every layer or the last one (and the pooled
+        output, where the module returns it)."""
+        hidden = self.spec.hidden_state_names
+        return hidden if all_layers else hidden[-1:]
+
+    def _run(self, feeds: dict[str, torch.Tensor], names: Sequence[str]) -> list[torch.Tensor]:
+        """The outputs ``names`` for int64 ``(batch, length)`` feeds, on the feeds' device."""
+        ids = feeds["input_ids"]
+        if ids.numel() == 0:
+            width = self.spec.hidden_width
+            return [
+                ids.new_zeros(
+                    (ids.shape[0], width) if name == POOLER_OUTPUT else (*ids.shape, width),
+                    dtype=torch.float32,
+                )
+                for name in names
+            ]
+        self.spec.check_length(ids.shape[1])
+        outputs = self.session.run_tensors(feeds, names)
+        return [tensor.to(ids.device) for tensor in outputs]
+
+    # thinc serialises the shim's module through these: saving writes the
+    # original PyTorch weights (a faithful pipeline); loading new weights into a
+    # running session would leave it stale, so that is refused.
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.original.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        raise InferenceOnlyError(
+            "Cannot load new weights (from_disk, from_bytes or training) into an accelerated "
+            f"transformer. {RESTORE_HINT}"
+        )
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        # Device and dtype moves (nlp.to_gpu, shim.to_device) reach the original,
+        # so that restore() hands back a module where the pipeline expects it.
+        self.original._apply(fn)
+        return self
+
+    def _rebuild_args(self) -> tuple[Any, ...]:
+        """Constructor arguments after ``(session, spec, original, exported)``."""
+        return ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedModule:
+        # The session is immutable and thread-safe: copies share it.
+        clone = type(self)(
+            self.session,
+            self.spec,
+            copy.deepcopy(self.original, memo),
+            self.exported,
+            *self._rebuild_args(),
+        )
+        clone.train(self.training)
+        memo[id(self)] = clone
+        return clone
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickled proxy reopens its verified cache entry; sessions are never pickled,
+        # and neither are calibration texts (their digest finds the entry).
+        config = replace(self.session.config, calibration_texts=None)
+        state = (self.original, self.spec, self.exported, self.session.provider)
+        rebuild = (config, self.session.layout, self._rebuild_args())
+        return (_reopen, (type(self), *state, *rebuild))
+
+    def extra_repr(self) -> str:
+        return (
+            f"family={self.spec.family}, layers={self.spec.num_hidden_layers}, "
+            f"provider={self.session.provider.provider.value}, "
+            f"precision={self.session.config.precision.value}, key={self.exported.key[:12]}"
+        )
+
+
+class AcceleratedEncoder(AcceleratedModule):
+    """A ``CuratedTransformer`` look-alike backed by an ONNX Runtime session."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: AttentionMask | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        all_layer_outputs: bool = True,
+    ) -> PyTorchTransformerOutput:
+        self._check_inference()
+        ids = input_ids.detach().long()
+        if attention_mask is not None:
+            mask = attention_mask.bool_mask.detach().reshape(ids.shape).long()
+        else:
+            mask = (ids != self.spec.padding_idx).long()
+        types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.detach().long()
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        tensors = self._run(feeds, self.served_outputs(all_layer_outputs))
+        if all_layer_outputs:
+            return PyTorchTransformerOutput(
+                embedding_output=tensors[0], layer_hidden_states=tensors[1:]
+            )
+        skipped = [_unrequested() for _ in range(self.spec.num_hidden_layers - 1)]
+        return PyTorchTransformerOutput(
+            embedding_output=_unrequested(), layer_hidden_states=[*skipped, tensors[-1]]
+        )
+
+
+class AcceleratedHFModel(AcceleratedModule):
+    """A Hugging Face ``PreTrainedModel`` look-alike backed by an ONNX Runtime session."""
+
+    def __init__(
+        self,
+        session: Session,
+        spec: EncoderSpec,
+        original: torch.nn.Module,
+        exported: ExportedModel,
+        output_type: type[ModelOutput],
+    ) -> None:
+        super().__init__(session, spec, original, exported)
+        self.output_type = output_type
+
+    @property
+    def config(self) -> Any:
+        return self._hf_config()
+
+    def _hf_config(self) -> Any:
+        """The Hugging Face model's config (transformers' modules are typed as plain torch
+        modules, whose attributes the checker cannot see)."""
+        model: Any = self.original
+        return model.config
+
+    def _rebuild_args(self) -> tuple[Any, ...]:
+        return (self.output_type,)
+
+    def served_outputs(self, all_layers: bool) -> tuple[str, ...]:
+        pooled = (POOLER_OUTPUT,) if self.spec.has_pooler else ()
+        return (*super().served_outputs(all_layers), *pooled)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> ModelOutput | tuple[Any, ...]:
+        self._check_inference()
+        config = self._hf_config()
+        if output_attentions or (output_attentions is None and config.output_attentions):
+            raise UnsupportedArchitectureError(
+                "The accelerated transformer cannot return attention weights (they are computed "
+                "in fused kernels). Call it without output_attentions, or restore() the pipeline."
+            )
+        ids = input_ids.detach().long()
+        mask = torch.ones_like(ids) if attention_mask is None else attention_mask.detach().long()
+        types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids.detach().long()
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        all_hidden = (
+            config.output_hidden_states
+            if output_hidden_states is None
+            else bool(output_hidden_states)
+        )
+        hidden = self.spec.hidden_state_names
+        names = self.served_outputs(all_hidden)
+        tensors = dict(zip(names, self._run(feeds, names), strict=True))
+        fields: dict[str, Any] = {"last_hidden_state": tensors[hidden[-1]]}
+        if self.spec.has_pooler:
+            fields[POOLER_OUTPUT] = tensors[POOLER_OUTPUT]
+        if all_hidden:
+            fields["hidden_states"] = tuple(tensors[name] for name in hidden)
+        output = self.output_type(**fields)
+        use_dict = config.use_return_dict if return_dict is None else return_dict
+        return output if use_dict else output.to_tuple()
+
+
+def _reopen(
+    proxy_type: type[AcceleratedModule],
+    original: torch.nn.Module,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+    provider: ResolvedProvider,
+    config: OptimizeConfig,
+    layout: SessionLayout,
+    extra: tuple[Any, ...],
+) -> torch.nn.Module:
+    """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
+    where ``missing_cache="pytorch"`` (or a calibrated model, which needs the pipeline to
+    be built), the PyTorch module itself, with a warning."""
+    reopened = reopen(exported, original, provider, config, layout)
+    if reopened is None:
+        logger.warning(
+            "spacy-accelerate: the cached %s model %s is not here and %s, so this "
+            "pipeline runs on PyTorch. Call spacy_accelerate.optimize(nlp) on it to "
+            "accelerate it again.",
+            config.precision.value,
+            exported.key[:12],
+            "its int8 calibration needs the whole pipeline"
+            if config.calibrated and config.missing_cache is not MissingCache.PYTORCH
+            else "missing_cache='pytorch' says not to export it at load time",
+        )
+        return original
+    session, found = reopened
+    return proxy_type(session, spec, original, found, *extra)
+
+
+@singledispatch
+def make_proxy(
+    original: torch.nn.Module, session: Session, spec: EncoderSpec, exported: ExportedModel
+) -> AcceleratedModule:
+    """The proxy that keeps ``original``'s calling contract."""
+    raise UnsupportedArchitectureError(
+        f"No accelerated stand-in for {type(original).__name__}; please report this."
+    )
+
+
+@make_proxy.register
+def _(
+    original: CuratedTransformer,
+    session: Session,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+) -> AcceleratedModule:
+    return AcceleratedEncoder(session, spec, original, exported)
+
+
+@make_proxy.register
+def _(
+    original: PreTrainedModel,
+    session: Session,
+    spec: EncoderSpec,
+    exported: ExportedModel,
+) -> AcceleratedModule:
+    return AcceleratedHFModel(session, spec, original, exported, _output_type(original, spec))
+
+
+def _output_type(model: PreTrainedModel, spec: EncoderSpec) -> type[ModelOutput]:
+    """The ``ModelOutput`` class ``model`` returns, read from one tiny call."""
+    inputs = EncoderInputs.uniform(spec, 1, 2)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return type(model(**inputs.as_torch(spec), return_dict=True))
+    finally:
+        model.train(was_training)

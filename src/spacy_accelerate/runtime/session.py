@@ -1,0 +1,73 @@
+"""What every backend's session is to the rest of the library.
+
+The proxy, the parity gate, warm-up and the plan searches see a served model only
+through :class:`Session`: ids in, hidden states out, either as numpy arrays (checks) or as
+torch tensors (the proxy's hot path), plus the shapes that warm it up. ONNX Runtime's
+and OpenVINO's sessions implement it in their own folders under ``backends/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.options.config import OptimizeConfig
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
+
+
+@dataclass(frozen=True)
+class SessionLayout:
+    """What a session needs to know about its model and where it runs, besides the config."""
+
+    input_names: tuple[str, ...]
+    padding_idx: int
+    buckets: BucketPlan
+    #: Where TensorRT keeps this model's engines, and its (per-GPU) timing cache.
+    engine_dir: Path | None = None
+    timing_dir: Path | None = None
+    #: Where OpenVINO keeps this model's compiled blobs on this CPU.
+    compiled_dir: Path | None = None
+
+
+class Session(Protocol):
+    """A served model: the exported encoder, compiled by one backend for one device."""
+
+    provider: ResolvedProvider
+    config: OptimizeConfig
+    layout: SessionLayout
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+    def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
+        """The requested outputs as host arrays, run the way the proxy runs them."""
+        ...
+
+    def run_tensors(
+        self, feeds: Mapping[str, torch.Tensor], outputs: Sequence[str], *, graphs: bool = True
+    ) -> list[torch.Tensor]:
+        """The requested outputs as torch tensors on the session's device (``graphs``:
+        whether this run may capture or replay a CUDA graph)."""
+        ...
+
+    def warm_shapes(self, window: int, batch_size: int) -> list[tuple[int, int]]:
+        """The (rows, length) shapes that warm this session up for spans of ``window``
+        pieces in batches of ``batch_size``, in order."""
+        ...
+
+
+def host_arrays(feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The int64 numpy arrays a CPU runtime takes (no copy for CPU int64 tensors)."""
+    return {name: feeds[name].detach().cpu().numpy().astype(np.int64, copy=False) for name in names}
+
+
+def cpu_warm_shapes(window: int, batch_size: int, longest: int) -> list[tuple[int, int]]:
+    """A CPU session's warm-up: one row and a small batch at the span length."""
+    length = max(1, min(window, longest))
+    return [(batch, length) for batch in sorted({1, min(batch_size, 8)})]

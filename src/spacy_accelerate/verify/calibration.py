@@ -1,0 +1,39 @@
+"""What a calibrated build is given: the transformer's inputs on real text and PyTorch's
+documents for it (recorded by :mod:`spacy_accelerate.pipeline.calibration`, which runs
+the pipeline), and the source that records them only when a model must be built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from spacy.tokens import Doc
+
+from spacy_accelerate.architectures.inputs import EncoderInputs
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The calibration texts, the transformer's inputs for them and PyTorch's documents."""
+
+    texts: tuple[str, ...]
+    digest: str
+    #: The transformer's inputs, as spaCy handed them over, in items of a few rows.
+    items: tuple[EncoderInputs, ...]
+    #: PyTorch's documents for ``texts``.
+    docs: tuple[Doc, ...]
+
+
+class CalibrationInputs(Protocol):
+    """A request's calibration, as the build sees it: its texts' digest and what else
+    judged the plan (both in the cache key, known at once), and the recorded
+    :class:`Calibration` (costly: made only when a model is built)."""
+
+    @property
+    def digest(self) -> str: ...
+
+    @property
+    def judged_by(self) -> str: ...
+
+    @property
+    def full(self) -> Calibration: ...

@@ -1,0 +1,119 @@
+"""The one search both int8 backends run: candidate plans built and judged in turn.
+
+A backend lists its candidate plans (ONNX Runtime: which projections stay in float;
+OpenVINO: static int8, dynamic int8, float-layer ladders) and says how one is built and
+judged. :class:`PlanSearch` keeps what every search must keep: each refused plan with
+its reason (shown in the error and recorded in the cache entry's manifest), the plan
+served, and the error raised when none may be served. Which plans come next after a
+refusal stays the backend's rule (OpenVINO bisects its ladders); this is the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Generic, Protocol, TypeVar
+
+from spacy_accelerate.errors import AccuracyError
+from spacy_accelerate.verify.parity import ParityReport
+
+S = TypeVar("S")
+P = TypeVar("P")
+
+
+class Verdict(Protocol):
+    """An attempt at a plan: whether it passed."""
+
+    @property
+    def passed(self) -> bool: ...
+
+
+V = TypeVar("V", bound=Verdict)
+
+
+@dataclass(frozen=True)
+class Judged(Generic[S]):
+    """One candidate plan, built and judged: its session and parity report (None where
+    the gate refused it before a report was kept), and why it is refused (None: it may
+    be served)."""
+
+    label: str
+    session: S
+    report: ParityReport | None
+    refusal: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.refusal is None
+
+
+@dataclass
+class PlanSearch(Generic[S]):
+    """The record of one search: the refused plans with their reasons, in order."""
+
+    refused: list[str] = field(default_factory=list)
+
+    def judged(
+        self, label: str, session: S, report: ParityReport | None, refusal: str | None
+    ) -> Judged[S]:
+        """Record ``label``'s verdict (a refusal with its reason) and return it."""
+        if refusal is not None:
+            self.refused.append(f"{label}: {refusal}")
+        return Judged(label, session, report, refusal)
+
+    def note(self, text: str) -> None:
+        """Record a plan that was not tried, and why."""
+        self.refused.append(text)
+
+    def first_passing(
+        self, plans: Iterable[P], attempt: Callable[[P], Judged[S]]
+    ) -> Judged[S] | None:
+        """The first plan whose attempt passes, or the last failed attempt (None: no plan)."""
+        last: Judged[S] | None = None
+        for plan in plans:
+            last = attempt(plan)
+            if last.passed:
+                return last
+        return last
+
+    def served(self, chosen: Judged[S]) -> tuple[S, ParityReport]:
+        """``chosen``'s session, its report naming the plan and every refused one."""
+        if chosen.report is None:
+            raise ValueError(f"plan {chosen.label!r} was refused; it cannot be served")
+        return chosen.session, replace(
+            chosen.report, plan=chosen.label, refused=tuple(self.refused)
+        )
+
+    def tried(self) -> str:
+        """The refused plans as the error messages list them."""
+        return " | ".join(self.refused)
+
+    def no_plan(self, advice: str) -> AccuracyError:
+        """The error when no plan keeps the model within the gate; ``advice`` says what
+        the user can do (in the terms of ``optimize()``'s keywords)."""
+        return AccuracyError(
+            "No int8 plan keeps this model within the gate, so no int8 model was served and "
+            f"the pipeline is unchanged. {advice} Plans tried: {self.tried()}"
+        )
+
+
+def bisect_ladder(ladder: Sequence[P], attempt: Callable[[P], V]) -> V | None:
+    """The attempt at the plan of ``ladder`` with the fewest steps that passes, or the failed
+    attempt at its last plan (None for an empty ladder), for ladders of nested plans (each
+    keeps the previous one's layers in float).
+
+    The last plan (the most float layers) is tried first: when even that fails, fewer
+    would too, and the refusal costs one attempt. Otherwise bisection finds the fewest
+    that pass."""
+    if not ladder:
+        return None
+    chosen = attempt(ladder[-1])
+    low, high = 0, len(ladder) - 1
+    while chosen.passed and low < high:
+        middle = (low + high) // 2
+        candidate = attempt(ladder[middle])
+        if candidate.passed:
+            chosen, high = candidate, middle
+        else:
+            low = middle + 1
+    return chosen
