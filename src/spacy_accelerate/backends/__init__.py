@@ -1,1 +1,3 @@
-"""One folder per backend (onnxruntime/, openvino/) behind one interface (base.Backend); registry.py maps providers to them."""
+"""One folder per backend (onnxruntime/, openvino/) behind one interface (base.Backend);
+registry.py maps providers to them.
+"""

@@ -1,1 +1,3 @@
-"""The atomic on-disk model cache: entries, locks, ownership, where a saved pipeline finds its cache, listings."""
+"""The atomic on-disk model cache: entries, locks, ownership, where a saved pipeline finds its
+cache, listings.
+"""

@@ -1,1 +1,3 @@
-"""What every backend's session shares: the Session protocol, length groups, GPU buckets, provider resolution basics."""
+"""What every backend's session shares: the Session protocol, length groups, GPU buckets,
+provider resolution basics.
+"""

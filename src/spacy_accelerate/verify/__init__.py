@@ -1,1 +1,3 @@
-"""The accuracy checks: parity against PyTorch, the rows checked, spot checks, calibration data and the shared int8 plan search."""
+"""The accuracy checks: parity against PyTorch, the rows checked, spot checks, calibration data
+and the shared int8 plan search.
+"""

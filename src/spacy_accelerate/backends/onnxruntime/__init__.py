@@ -1,1 +1,3 @@
-"""ONNX Runtime: CPU, CUDA and TensorRT sessions, provider options, graph fusion and dynamic int8."""
+"""ONNX Runtime: CPU, CUDA and TensorRT sessions, provider options, graph fusion and dynamic
+int8.
+"""
