@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +16,16 @@ from spacy.language import Language
 
 import spacy_accelerate
 from spacy_accelerate import AccuracyError
+from spacy_accelerate.backends import base as backend_base
+from spacy_accelerate.backends.onnxruntime import backend as ort_backend
 from spacy_accelerate.backends.onnxruntime.quantize import (
     DEFAULT_INT8_RECIPE,
     KeepFloat,
     recipe_for,
 )
-from spacy_accelerate.build import get_or_export as exported
 from spacy_accelerate.cache.store import MANIFEST_NAME
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
 from spacy_accelerate.export.onnx import MODEL_FILE
-from spacy_accelerate.options import config as config_module
 from spacy_accelerate.options.request import build_config
 
 
@@ -122,19 +123,24 @@ def test_the_int8_recipe_follows_what_the_cpu_multiplies_without_saturating(
 ):
     simulated = CpuFeatures(vendor="", flags=frozenset(flags), machine=machine)
     assert recipe_for(simulated).reduce_range is seven_bit
-    monkeypatch.setattr(config_module, "cpu_features", lambda: simulated)
-    assert build_config("cpu", "int8").int8.reduce_range is seven_bit
+    monkeypatch.setattr(ort_backend, "cpu_features", lambda: simulated)
+    assert _key_recipe()["reduce_range"] is seven_bit
     # This machine gets the recipe its own detection says it needs.
     monkeypatch.undo()
     here = cpu_features()
-    assert build_config("cpu", "int8").int8 == recipe_for(here)
+    assert _key_recipe() == asdict(recipe_for(here))
+
+
+def _key_recipe() -> dict:
+    """The int8 recipe the CPU provider's cache key records (what the model is made with)."""
+    return ort_backend.OnnxRuntimeBackend().key_options(build_config("cpu", "int8"))["int8"]
 
 
 def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(
     bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     calls: list[int] = []
-    check = exported.check_parity
+    check = backend_base.check_parity
 
     def refuse_the_first(*args: object, **kwargs: object) -> object:
         calls.append(1)
@@ -142,7 +148,7 @@ def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(
             raise AccuracyError("pretend the all-int8 model drifted")
         return check(*args, **kwargs)
 
-    monkeypatch.setattr(exported, "check_parity", refuse_the_first)
+    monkeypatch.setattr(backend_base, "check_parity", refuse_the_first)
     spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
     assert proxy.exported.parity.plan == "ffn_output"

@@ -19,7 +19,7 @@ import spacy_accelerate
 from spacy_accelerate import cpu_features as cpu_features_module
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.backends import registry as session_layout
+from spacy_accelerate.backends.openvino import backend as openvino_backend
 from spacy_accelerate.backends.openvino import quantize as openvino_quantize
 from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino import speed as openvino_speed
@@ -206,14 +206,14 @@ def test_blobs_that_cannot_be_checked_are_not_read(
         raise spacy_accelerate.CacheError(f"the cache folder {self.root} is read-only")
 
     compiled_with: list[Path | None] = []
-    real_session = session_layout.OpenVINOSession
+    real_session = openvino_backend.OpenVINOSession
 
     def session(*args: Any, cache_dir: Path | None = None) -> Any:
         compiled_with.append(cache_dir)
         return real_session(*args, cache_dir=cache_dir)
 
     monkeypatch.setattr(spacy_accelerate.cache.store.ModelCache, "compiled_lock", unwritable)
-    monkeypatch.setattr(session_layout, "OpenVINOSession", session)
+    monkeypatch.setattr(openvino_backend, "OpenVINOSession", session)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)
     assert spacy_accelerate.accelerated_components(again)["transformer"].exported.cache_hit
@@ -228,7 +228,7 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
     import nncf  # read from its metadata, not imported: the same version, so the same keys
 
     assert key["nncf"] == nncf.__version__
-    config = spacy_accelerate.options.config.build_config("openvino", "fp32")
+    config = spacy_accelerate.options.request.build_config("openvino", "fp32")
     spec, checks = _TINY_SPEC, Verification(window=16)
     assert exported._export_options(config, spec, checks)["openvino"] == key
     assert "int8_float_layers" not in key  # fp32 entries are unaffected by int8's hint
@@ -245,7 +245,7 @@ def test_the_key_depends_on_openvino_and_the_cpu(monkeypatch: pytest.MonkeyPatch
         avx2 = openvino_runtime.openvino_key(Precision.INT8)
     with simulated(AVX512_EPYC):
         assert openvino_runtime.openvino_key(Precision.INT8)["cpu_kernels"] != avx2["cpu_kernels"]
-    cpu = spacy_accelerate.options.config.build_config("cpu", "fp32")
+    cpu = spacy_accelerate.options.request.build_config("cpu", "fp32")
     assert "openvino" not in exported._export_options(cpu, spec, checks)
 
 
@@ -639,11 +639,11 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
 
 def test_calibration_texts_are_validated():
     with pytest.raises(InvalidOptionError, match="calibration_texts must be"):
-        spacy_accelerate.options.config.build_config(
+        spacy_accelerate.options.request.build_config(
             "openvino", "int8", calibration_texts="one text"
         )
     assert (
-        spacy_accelerate.options.config.build_config("openvino", "int8").gate().min_mean_cosine
+        spacy_accelerate.options.request.build_config("openvino", "int8").gate().min_mean_cosine
         == 0.995
     )
 

@@ -124,8 +124,8 @@ def apply_config(
 ) -> Language:
     """:func:`optimize` with its options already validated; ``reloading``: a saved or
     pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
-    it (otherwise :class:`~.exported.CacheMissError`), and records ``request`` (what was
-    loaded) rather than ``config`` (what it resolved to here)."""
+    it (otherwise :class:`~spacy_accelerate.errors.CacheMissError`), and records
+    ``request`` (what was loaded) rather than ``config`` (what it resolved to here)."""
     components = find_transformer_components(nlp)  # 1. validate
     shims = [find_shim(component) for component in components]  # 2. find the shim
     encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect

@@ -6,7 +6,7 @@ The library decides several things by the CPU it runs on:
 - whether OpenVINO's bf16 runs on bf16 units (OpenVINO's own capability list says);
 - whether OpenVINO quantizes activations at run time for int8-weight MatMuls (only with
   VNNI, and only where those MatMuls take f32 input: see
-  :func:`.openvino_runtime.dynamic_quantization_runs`);
+  :func:`~spacy_accelerate.backends.openvino.session.dynamic_quantization_runs`);
 - whether ONNX Runtime's int8 products saturate (x86 without VNNI), so its int8 weights
   are 7-bit there, and which int8 kernels it runs (part of the cache key).
 

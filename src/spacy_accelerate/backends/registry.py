@@ -95,7 +95,7 @@ def cpu_order(precision: Precision, vendor: str) -> tuple[Provider, Provider]:
 def listed_providers() -> set[Provider]:
     """The providers present here: those whose backend's runtime is installed."""
     found: set[Provider] = set()
-    for backend in {id(b): b for b in BACKENDS.values()}.values():
+    for backend in set(BACKENDS.values()):
         found |= backend.present()
     return found
 

@@ -459,8 +459,8 @@ def reopen(
 ) -> tuple[Session, ExportedModel] | None:
     """A session over a model ``optimize()`` already verified, for a pipeline unpickled
     (in a worker process, say). Its entry is looked up, and checked against its manifest,
-    in each folder of :func:`.cache_location.search_order`. Where none has it, the model
-    is built again from ``module``'s weights, or None is returned where
+    in each folder of :func:`~spacy_accelerate.cache.location.search_order`. Where none
+    has it, the model is built again from ``module``'s weights, or None is returned where
     ``config.missing_cache`` says PyTorch (or where it cannot be built without the
     pipeline: a calibrated int8 model)."""
     required = _required_files(config)

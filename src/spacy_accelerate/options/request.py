@@ -152,32 +152,16 @@ def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
 
 
 @dataclass(frozen=True)
-class OptimizeRequest:
+class OptimizeRequest(OptimizeOptions):
     """The options of an ``optimize()`` call as saved with the pipeline (not resolved for
     this machine: ``auto``, the thread count and the cache folder are resolved again
-    where it loads)."""
+    where it loads). Every option of :class:`OptimizeOptions` in plain values (strings,
+    ``GpuOptions.as_dict``); ``cache_dir`` and ``calibration_texts`` are load-time
+    overrides, never saved; what is saved in their place follows."""
 
-    provider: str = "auto"
-    precision: str = "fp32"
-    warmup: bool = True
-    verify: bool = True
-    tolerance: float | None = None
-    min_cosine: float | None = None
-    threads: int | None = None
-    device_id: int | None = None
-    fallback: bool = False
-    #: :class:`~spacy_accelerate.GpuOptions` as plain values (``GpuOptions.as_dict``).
-    gpu: dict[str, Any] | None = None
-    min_agreement: float | None = None
-    lock_timeout: float | None = None
-    missing_cache: str = MissingCache.REBUILD.value
-    #: The cache folder to use where the pipeline loads: never saved, only given at load.
-    cache_dir: str | None = None
     #: The cache folder ``optimize()`` was given (absolute), used where it loads only if
     #: it still works there; None: the environment variable or the default, as then.
     saved_cache_dir: str | None = None
-    #: Calibration texts to use where the pipeline loads: never saved, only given at load.
-    calibration_texts: list[str] | None = None
     #: What is saved of the calibration texts ``optimize()`` was given.
     calibration_sha256: str | None = None
     calibration_count: int | None = None

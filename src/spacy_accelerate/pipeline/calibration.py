@@ -101,9 +101,9 @@ def record_probe(
     nlp: Language, location: ShimLocation, spec: EncoderSpec
 ) -> tuple[EncoderInputs, ...]:
     """The inputs the transformer at ``location`` receives for the built-in probe texts
-    (:data:`.verification.PROBE_TEXTS`): each is run through the pipeline's components up
-    to that transformer (on PyTorch, in this thread only; other threads keep annotating
-    with what they run)."""
+    (:data:`~spacy_accelerate.verify.verification.PROBE_TEXTS`): each is run through the
+    pipeline's components up to that transformer (on PyTorch, in this thread only; other
+    threads keep annotating with what they run)."""
     names = nlp.component_names
     upto = names[: names.index(location.component)]
     before = [(name, nlp.get_pipe(name)) for name in upto if name not in nlp.disabled]

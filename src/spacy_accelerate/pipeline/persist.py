@@ -11,9 +11,9 @@ the cache. Nothing but options is ever written to disk: no sessions, no
 pickles, and of calibration texts only their sha256 and count.
 
 The saved pipeline is portable: the cache folder is resolved where it loads
-(:mod:`.cache_location`: an override given at load, then ``SPACY_ACCELERATE_CACHE``,
-then the recorded folder if it still works there, then the default). Loading
-with ``config={"nlp": {"after_pipeline_creation": {"enabled": False}}}`` keeps a
+(:mod:`~spacy_accelerate.cache.location`: an override given at load, then
+``SPACY_ACCELERATE_CACHE``, then the recorded folder if it still works there, then the
+default). Loading with ``config={"nlp": {"after_pipeline_creation": {"enabled": False}}}`` keeps a
 saved pipeline on PyTorch, and the recorded options can be overridden the same way.
 
 A load that fails never leaves a half-accelerated pipeline: it is accelerated again

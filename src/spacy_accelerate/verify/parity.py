@@ -37,7 +37,8 @@ class ParityReport:
     gate: Gate
     batch_shape: tuple[int, int]
     #: For int8: the quantization plan that passed (ONNX Runtime: a
-    #: :class:`~.quantize.KeepFloat` value; OpenVINO: a ``FloatLayers`` label).
+    #: :class:`~spacy_accelerate.backends.onnxruntime.quantize.KeepFloat` value; OpenVINO: a
+    # ``FloatLayers`` label).
     plan: str | None = None
     #: For int8: the other plans tried and why each was refused, so a slower plan
     #: served is never unexplained.
@@ -47,7 +48,7 @@ class ParityReport:
     mean_cosine: tuple[float, ...] = ()
     read_pieces: int = 0
     #: For OpenVINO's int8: what the served plan's MatMuls run as, read from the compiled
-    #: model (:func:`.openvino_runtime.compiled_matmuls`).
+    #: model (:func:`~spacy_accelerate.backends.openvino.session.compiled_matmuls`).
     compiled_as: str | None = None
 
     @property

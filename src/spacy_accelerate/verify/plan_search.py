@@ -54,11 +54,18 @@ class PlanSearch(Generic[S]):
     refused: list[str] = field(default_factory=list)
 
     def judged(
-        self, label: str, session: S, report: ParityReport | None, refusal: str | None
+        self,
+        label: str,
+        session: S,
+        report: ParityReport | None,
+        refusal: str | None,
+        *,
+        described: str | None = None,
     ) -> Judged[S]:
-        """Record ``label``'s verdict (a refusal with its reason) and return it."""
+        """Record ``label``'s verdict (a refusal with its reason, the plan named as
+        ``described`` where that says more than its label) and return it."""
         if refusal is not None:
-            self.refused.append(f"{label}: {refusal}")
+            self.refused.append(f"{described or label}: {refusal}")
         return Judged(label, session, report, refusal)
 
     def note(self, text: str) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import json
 import logging
 from dataclasses import asdict
@@ -34,7 +33,11 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
     engine_settings,
     import_onnxruntime,
 )
-from spacy_accelerate.backends.onnxruntime.quantize import quantize_within_gate, recipe_for
+from spacy_accelerate.backends.onnxruntime.quantize import (
+    Int8Recipe,
+    quantize_within_gate,
+    recipe_for,
+)
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
@@ -66,6 +69,12 @@ def tensorrt_version() -> str:
         return "unknown"
 
 
+def int8_recipe() -> Int8Recipe:
+    """How this CPU's int8 model is made (:func:`.quantize.recipe_for` of the CPU the
+    detection sees, or a test simulates)."""
+    return recipe_for(cpu_features())
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime's execution providers over the exported ONNX file."""
 
@@ -82,8 +91,6 @@ class OnnxRuntimeBackend(Backend):
         return (ORT_PROVIDER_NAMES[provider],)
 
     def present(self) -> set[Provider]:
-        if importlib.util.find_spec("onnxruntime") is None:
-            return set()
         try:
             listed = set(import_onnxruntime().get_available_providers())
         except ProviderUnavailableError:
@@ -99,7 +106,7 @@ class OnnxRuntimeBackend(Backend):
         # The plan ladder's verdict depends on the gate and on what the CPU's int8
         # kernels compute (see quantize).
         return {
-            "int8": asdict(recipe_for(cpu_features())),
+            "int8": asdict(int8_recipe()),
             "plan_gate": {"min_cosine": config.gate().min_cosine},
             "cpu_int8_kernels": list(cpu_features().int8_kernels),
         }

@@ -154,8 +154,8 @@ def quantize_within_gate(
         try:
             report = job.check(session)
         except AccuracyError as error:
-            refusal = f"kept float ({kept} MatMuls): {error}"
-            return search.judged(plan.value, session, None, refusal)
+            described = f"{plan.value} kept float ({kept} MatMuls)"
+            return search.judged(plan.value, session, None, str(error), described=described)
         logger.info("int8 plan %r passed the gate (%d MatMuls kept float)", plan.value, kept)
         return search.judged(plan.value, session, report, None)
 

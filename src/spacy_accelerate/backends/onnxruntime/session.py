@@ -47,7 +47,7 @@ class TensorRunner(Protocol):
 
 class HostRunner:
     """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back,
-    the rows run in groups of similar length (:mod:`.length_groups`)."""
+    the rows run in groups of similar length (:mod:`~spacy_accelerate.runtime.length_groups`)."""
 
     def __init__(self, session: Any) -> None:
         self.session = session

@@ -27,7 +27,7 @@ Plans are tried in this order, and the first that passes is served:
 
 A refusal costs three models judged (five where the CPU has bf16). Each
 float-layer plan is the all-int8 model with its layers' MatMuls put back in
-float (:mod:`.openvino_float_layers`), not another quantization. A layer's
+float (:mod:`~spacy_accelerate.backends.openvino.float_layers`), not another quantization. A layer's
 harm is read off the all-int8 model's own parity report, for free: how much
 the mean cosine drops from the hidden state before the layer to the one after
 it. The
@@ -40,7 +40,8 @@ fp32, then at most five plans of the bf16 ladder, or its last plan and at
 most four of the fp32 ladder.)
 
 What each plan was judged with (the float part's precision, dynamic int8's
-group size) is recorded in its IR (:func:`.openvino_runtime.compile_settings`),
+group size) is recorded in its IR
+(:func:`~spacy_accelerate.backends.openvino.session.compile_settings`),
 so each plan is compiled again, on a warm start, exactly as it was judged.
 """
 
@@ -256,8 +257,7 @@ def quantize_within_gate(
     items = calibration.items
     folder = onnx_path.parent
     search: PlanSearch[Any] = PlanSearch()
-    built: dict[str, _Built] = {}  # by plan label: what a judged plan left on disk
-    reports: dict[str, ParityReport] = {}  # by plan label: measured without a gate
+    built: dict[str, _Built] = {}  # by plan label: what a judged plan left, and its report
 
     def quantize(kept: list[str]) -> Any:
         return nncf.quantize(
@@ -296,7 +296,8 @@ def quantize_within_gate(
 
     @functools.cache
     def baseline() -> Any:
-        """The float model every plan must beat (:func:`.openvino_runtime.speed_baseline`),
+        """The float model every plan must beat
+        (:func:`~spacy_accelerate.backends.openvino.session.speed_baseline`),
         compiled as a served bf16 (or fp32) model is."""
         model = float_model.clone()
         model.set_rt_info("bf16" if speed_baseline() == "bf16" else "f32", FLOAT_LAYERS_RT_INFO)
@@ -331,13 +332,12 @@ def quantize_within_gate(
             compiled_as.describe(),
             problem or "passed",
         )
-        built[plan.label] = _Built(path, slower)
-        reports[plan.label] = report
+        built[plan.label] = _Built(path, slower, report)
         report = replace(report, compiled_as=compiled_as.describe())
         return search.judged(plan.label, session, report, problem)
 
     chosen = static = attempt(FloatLayers())
-    harm = layer_harm(reports[static.label], detected.spec)  # how static int8 hurts each layer
+    harm = layer_harm(built[static.label].report, detected.spec)  # how static int8 hurts each layer
     static_slower = built[static.label].slower
     if not chosen.passed:
         group = dynamic_group_size(float_model)
@@ -379,7 +379,7 @@ def quantize_within_gate(
     logger.info(
         "OpenVINO int8 plan %r served (calibration mean cosine %.5f)",
         chosen.label,
-        reports[chosen.label].worst_mean_cosine,
+        built[chosen.label].report.worst_mean_cosine,
     )
     session, report = search.served(chosen)
     return session, replace(report, gate=gate)
@@ -394,10 +394,12 @@ def _file_stem(plan: Plan) -> str:
 
 @dataclass(frozen=True)
 class _Built:
-    """What a judged plan left on disk, and whether it lost the speed race."""
+    """What a judged plan left on disk, whether it lost the speed race, and its parity
+    report (measured without a gate: a refused all-int8 model's still ranks the layers)."""
 
     path: Path
     slower: bool
+    report: ParityReport
 
 
 def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:

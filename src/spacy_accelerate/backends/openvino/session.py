@@ -226,7 +226,8 @@ class OpenVINORunner:
         return request
 
     def run_arrays(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
-        """The rows run in groups of similar length (:mod:`.length_groups`); the outputs
+        """The rows run in groups of similar length
+        (:mod:`~spacy_accelerate.runtime.length_groups`); the outputs
         are copied out of the request's buffers, which its next inference reuses."""
         return run_by_length(self.run_whole, feeds, names, borrowed=True)
 
@@ -246,7 +247,8 @@ class OpenVINORunner:
 
 class OpenVINOSession:
     """The exported encoder compiled by OpenVINO for this CPU, with the session interface
-    the proxy, the parity gate and warm-up use (as :class:`.runtime.EncoderSession`)."""
+    the proxy, the parity gate and warm-up use
+    (:class:`~spacy_accelerate.runtime.session.Session`)."""
 
     def __init__(
         self,

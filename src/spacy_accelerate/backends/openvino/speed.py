@@ -2,11 +2,12 @@
 
 An int8 plan is only worth serving where it beats the float plan the CPU already runs
 well: bf16 where the CPU has bf16 units, fp32 elsewhere
-(:func:`.openvino_runtime.speed_baseline`). Which plan wins depends on the CPU, not only
-on the model: on an AMX Xeon, int8 weights decompressed to bf16 ran slower than plain
-bf16, and on a CPU without VNNI int8 arithmetic gains little. So each candidate that
-passes the accuracy gate is raced against the float model on the calibration spans, the
-two alternating (these machines are shared and noisy), and refused unless it is faster.
+(:func:`~spacy_accelerate.backends.openvino.session.speed_baseline`). Which plan wins
+depends on the CPU, not only on the model: on an AMX Xeon, int8 weights decompressed to
+bf16 ran slower than plain bf16, and on a CPU without VNNI int8 arithmetic gains little.
+So each candidate that passes the accuracy gate is raced against the float model on the
+calibration spans, the two alternating (these machines are shared and noisy), and
+refused unless it is faster.
 """
 
 from __future__ import annotations
