@@ -30,7 +30,6 @@ from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
-from spacy_accelerate.backends.onnxruntime.provider_options import SessionLayout
 from spacy_accelerate.backends.onnxruntime.quantize import Int8Recipe, KeepFloat, quantize_int8
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import check_provider
@@ -39,6 +38,7 @@ from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.session import SessionLayout
 from spacy_accelerate.verify.parity import compare, reference_outputs
 
 

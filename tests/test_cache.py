@@ -17,6 +17,8 @@ import filelock
 import pytest
 
 import spacy_accelerate
+from spacy_accelerate.backends.onnxruntime.backend import TENSORRT_ENGINES
+from spacy_accelerate.backends.openvino.backend import OPENVINO_BLOBS
 from spacy_accelerate.cache.store import (
     MANIFEST_NAME,
     OWNER_MARK,
@@ -439,12 +441,12 @@ def test_clear_and_evict_remove_only_what_the_library_made(
 ) -> None:
     root = cache.root
     # What the library made: an entry (built), OpenVINO blobs, TensorRT engines and timing.
-    blobs = cache.compiled_dir(KEY, "cpu-a")
+    blobs = cache.derived_dir(OPENVINO_BLOBS, KEY, "cpu-a")
     (blobs / "123.blob").write_bytes(b"blob")
     (blobs / "blobs.json").write_text("{}")
-    engines = cache.engine_dir(KEY, "gpu0", "abcd")
+    engines = cache.derived_dir(TENSORRT_ENGINES, KEY, "gpu0", "abcd")
     (engines / "model.engine").write_bytes(b"engine")
-    timing = cache.timing_dir("gpu1")
+    timing = cache.shared_dir(TENSORRT_ENGINES, "gpu1", "timing")
     (timing / "cache.timing").write_bytes(b"timing")
     # What it did not make: a user's files and folders, and links to folders outside.
     thesis = tmp_path / "thesis"
@@ -485,17 +487,20 @@ def test_derived_folders_are_never_made_or_used_through_a_link(
     os.symlink(outside, cache.root / "openvino")
     os.symlink(outside, cache.root / "tensorrt")
     with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
-        assert cache.compiled_dir(KEY, "cpu") is None
-        assert cache.engine_dir(KEY, "gpu0", "abcd") is None
-        assert cache.timing_dir("gpu0") is None
+        assert cache.derived_dir(OPENVINO_BLOBS, KEY, "cpu") is None
+        assert cache.derived_dir(TENSORRT_ENGINES, KEY, "gpu0", "abcd") is None
+        assert cache.shared_dir(TENSORRT_ENGINES, "gpu0", "timing") is None
     assert [p.name for p in outside.iterdir()] == ["precious.txt"]  # nothing made in there
     assert precious.read_text() == "the user's own words"
     assert "not using" in caplog.text
     # A folder at a blob folder's place that the library did not make is not used either.
     (cache.root / "openvino").unlink()
     _user_file(cache.root / "openvino" / "cpu" / KEY / "mine.txt")
-    assert cache.compiled_dir(KEY, "cpu") is None
-    assert cache.compiled_dir(OTHER_KEY, "cpu") == cache.root / "openvino" / "cpu" / OTHER_KEY
+    assert cache.derived_dir(OPENVINO_BLOBS, KEY, "cpu") is None
+    assert (
+        cache.derived_dir(OPENVINO_BLOBS, OTHER_KEY, "cpu")
+        == cache.root / "openvino" / "cpu" / OTHER_KEY
+    )
 
 
 def test_a_foreign_folder_at_an_entrys_place_is_never_served_or_removed(

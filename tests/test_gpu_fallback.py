@@ -20,11 +20,10 @@ from annotations import disagreements, max_abs_diff, run
 import spacy_accelerate
 from spacy_accelerate import api as accelerate
 from spacy_accelerate.backends import registry as providers
-from spacy_accelerate.backends.fallback import fallback_chain
 from spacy_accelerate.backends.onnxruntime import session as runtime
 from spacy_accelerate.backends.onnxruntime.provider_options import import_onnxruntime
 from spacy_accelerate.backends.onnxruntime.session import engine_failures
-from spacy_accelerate.backends.registry import check_provider
+from spacy_accelerate.backends.registry import check_provider, fallback_chain
 from spacy_accelerate.errors import (
     ConversionError,
     EngineBuildError,

@@ -31,7 +31,7 @@ from spacy_accelerate.backends.onnxruntime.cuda_graphs import (
 from spacy_accelerate.backends.onnxruntime.graph import graph_plan, optimize_graph
 from spacy_accelerate.backends.onnxruntime.io_binding import BoundRunner
 from spacy_accelerate.backends.onnxruntime.provider_options import (
-    SessionLayout,
+    OnnxRuntimeLayout,
     execution_providers,
     import_onnxruntime,
 )
@@ -59,8 +59,8 @@ def encoder_of(nlp: spacy.language.Language):
     return module, detect_architecture(module)
 
 
-def cpu_layout(spec, plan: BucketPlan) -> SessionLayout:
-    return SessionLayout(spec.input_names, spec.padding_idx, plan)
+def cpu_layout(spec, plan: BucketPlan) -> OnnxRuntimeLayout:
+    return OnnxRuntimeLayout(spec.input_names, spec.padding_idx, plan)
 
 
 # ----------------------------------------------------------------------------- fp16
@@ -309,11 +309,11 @@ def test_every_warm_bucket_gets_its_own_graph(roberta_session):
 
 
 @pytest.fixture()
-def layout() -> SessionLayout:
+def layout() -> OnnxRuntimeLayout:
     plan = BucketPlan(
         batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128), sequence_multiple=16, window=128, longest=512
     )
-    return SessionLayout(
+    return OnnxRuntimeLayout(
         input_names=("input_ids", "attention_mask", "token_type_ids"),
         padding_idx=1,
         buckets=plan,
@@ -322,7 +322,7 @@ def layout() -> SessionLayout:
     )
 
 
-def test_cuda_provider_options(layout: SessionLayout):
+def test_cuda_provider_options(layout: OnnxRuntimeLayout):
     config = build_config("cuda", "fp16", device_id=1, gpu={"cuda_graph": True})
     assert execution_providers(config, layout) == [
         (
@@ -341,7 +341,7 @@ def test_cuda_provider_options(layout: SessionLayout):
     assert fp32["CUDAExecutionProvider"]["enable_cuda_graph"] == "0"
 
 
-def test_tensorrt_provider_options_with_one_profile_over_every_bucket(layout: SessionLayout):
+def test_tensorrt_provider_options_with_one_profile_over_every_bucket(layout: OnnxRuntimeLayout):
     trt = TensorRTOptions(builder_optimization_level=5, max_workspace_size=2 * 1024**3)
     config = build_config("tensorrt", "fp16", gpu=GpuOptions(tensorrt=trt))
     names = "input_ids:{0},attention_mask:{0},token_type_ids:{0}"
@@ -384,7 +384,7 @@ def test_cuda_graphs_are_refused_with_tensorrt():
         build_config("tensorrt", "fp16", gpu=GpuOptions(cuda_graph=True))
 
 
-def test_the_cpu_provider_gets_no_gpu_options(layout: SessionLayout):
+def test_the_cpu_provider_gets_no_gpu_options(layout: OnnxRuntimeLayout):
     assert execution_providers(build_config("cpu", "int8"), layout) == [
         ("CPUExecutionProvider", {})
     ]
@@ -412,7 +412,7 @@ def test_tensorrt_engines_live_beside_the_entries_and_go_with_them(tmp_path: Pat
     (layout.engine_dir / "model.engine").write_bytes(b"engine")
     assert cache.entries() == []  # never mistaken for a cache entry
     # The engine lock lives with the other locks, so removing engines never removes it.
-    with cache.engine_lock(layout.engine_dir):
+    with cache.derived_lock(layout.engine_dir):
         locks = list((tmp_path / ".locks").glob("tensorrt-*.lock"))
     assert not cache.evict(key) and not layout.engine_dir.exists()
     assert locks and all(lock.exists() for lock in locks)

@@ -212,7 +212,7 @@ def test_blobs_that_cannot_be_checked_are_not_read(
         compiled_with.append(cache_dir)
         return real_session(*args, cache_dir=cache_dir)
 
-    monkeypatch.setattr(spacy_accelerate.cache.store.ModelCache, "compiled_lock", unwritable)
+    monkeypatch.setattr(spacy_accelerate.cache.store.ModelCache, "derived_lock", unwritable)
     monkeypatch.setattr(openvino_backend, "OpenVINOSession", session)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)

@@ -36,7 +36,8 @@ from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import session_layout
 from spacy_accelerate.build import get_or_export as exported
-from spacy_accelerate.build.get_or_export import PARITY_FILE, storage_failure
+from spacy_accelerate.build.get_or_export import PARITY_FILE
+from spacy_accelerate.build.storage import storage_failure
 from spacy_accelerate.cache import lock as cache_lock
 from spacy_accelerate.cache.store import MANIFEST_NAME, ModelCache, sha256_file
 from spacy_accelerate.options.config import MissingCache

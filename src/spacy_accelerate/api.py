@@ -13,8 +13,7 @@ from spacy.language import Language
 from spacy.util import registry
 
 from spacy_accelerate.architectures import detect_architecture
-from spacy_accelerate.backends.fallback import fallback_chain, serve_first
-from spacy_accelerate.backends.registry import check_provider
+from spacy_accelerate.backends.registry import check_provider, fallback_chain, serve_first
 from spacy_accelerate.build.get_or_export import get_or_export
 from spacy_accelerate.cache.location import saved_cache_dir
 from spacy_accelerate.cache.store import ModelCache

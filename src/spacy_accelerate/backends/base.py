@@ -24,6 +24,7 @@ import torch
 from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.options.config import OptimizeConfig, Provider
 from spacy_accelerate.options.gate import Gate
@@ -79,8 +80,9 @@ class Backend(ABC):
 
     #: The providers this backend serves.
     providers: ClassVar[frozenset[Provider]]
-    #: The folders of derived artefacts it keeps under the cache (registered with it).
-    derived_folders: ClassVar[tuple[str, ...]] = ()
+    #: The folders of derived artefacts it keeps beside the cache entries (the registry
+    #: registers them with the cache, which removes them with their entries).
+    derived_folders: ClassVar[tuple[DerivedFolders, ...]] = ()
 
     @abstractmethod
     def install_hint(self, provider: Provider) -> str:

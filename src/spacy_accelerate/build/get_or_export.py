@@ -16,12 +16,10 @@ served, and never an error that only clearing the cache would end.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,18 +28,19 @@ from typing import Any
 import torch
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
-from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.base import BuildJob
 from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
+from spacy_accelerate.build.references import References
+from spacy_accelerate.build.refusals import raise_recorded_refusal, store_refusal
+from spacy_accelerate.build.storage import stored_as_cache_errors
 from spacy_accelerate.cache.location import saved_cache_dir, search_order
-from spacy_accelerate.cache.store import OWNER_MARK, CacheEntry, CacheResult, ModelCache
+from spacy_accelerate.cache.store import CacheEntry, CacheResult, ModelCache
 from spacy_accelerate.errors import (
     AccuracyError,
     CacheError,
     CacheMissError,
     ConversionError,
     NoFasterPlanError,
-    SpacyAccelerateError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, key_inputs
 from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
@@ -51,7 +50,7 @@ from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.calibration import CalibrationInputs
-from spacy_accelerate.verify.parity import ParityReport, check_parity, reference_outputs
+from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     load_spot_check,
@@ -102,32 +101,6 @@ def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
     return bool(report) and recorded_report_meets(report, gate)
 
 
-class References:
-    """PyTorch's outputs for the rows a model is checked on, each batch computed once.
-
-    Computed with the transformer's layer to this thread alone (``exclusive``): another
-    thread annotating on the same PyTorch module puts it back in train mode after every
-    batch (thinc does), and a reference computed meanwhile would run with dropout."""
-
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        detected: DetectedEncoder,
-        exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    ) -> None:
-        self._module, self._detected, self._exclusive = module, detected, exclusive
-        self._known: dict[int, tuple[EncoderInputs, list[Any]]] = {}
-
-    def of(self, batches: Sequence[EncoderInputs]) -> list[list[Any]]:
-        missing = [batch for batch in batches if id(batch) not in self._known]
-        if missing:
-            with self._exclusive():
-                for batch in missing:
-                    outputs = reference_outputs(self._module, self._detected, batch)
-                    self._known[id(batch)] = (batch, outputs)
-        return [self._known[id(batch)][1] for batch in batches]
-
-
 #: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
 Judge = Callable[[Any, "ExportedModel"], None]
 
@@ -176,94 +149,6 @@ def _required_files(config: OptimizeConfig) -> tuple[str, ...]:
     return (*files, SPOT_CHECK_FILE) if config.calibrated else files
 
 
-#: The errno values that mean the cache's disk cannot take the model.
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def storage_failure(error: BaseException) -> str | None:
-    """Why writing failed, when ``error`` (or what caused it) is a full disk, a quota, a
-    file-size limit or a read-only filesystem; None for any other failure. Runtimes that
-    write from C++ report it only in their message, so the message is read too."""
-    for cause in _causes(error):
-        if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
-            return cause.strerror or os.strerror(cause.errno)
-        text = str(cause)
-        for code in _STORAGE_ERRNOS:
-            if os.strerror(code) in text:
-                return os.strerror(code)
-    return None
-
-
-def _stored_as_cache_errors(build: Callable[[Path], Any], root: Path) -> Callable[[Path], Any]:
-    """``build``, with a failure to write its files reported as what it is: a cache whose
-    disk is full (or read-only), not an export bug to report."""
-
-    def storing(folder: Path) -> Any:
-        try:
-            return build(folder)
-        except BaseException as error:
-            reason = storage_failure(error)
-            if reason is None:
-                raise
-            raise CacheError(
-                f"The model cache at {root} could not take the exported model ({reason}). "
-                "Free space there, or set cache_dir= (or the SPACY_ACCELERATE_CACHE "
-                "environment variable) to a folder with room; nothing was stored and the "
-                "pipeline is unchanged."
-            ) from error
-
-    return storing
-
-
-#: What a calibrated build stores instead of a model when no plan may be served.
-REFUSAL_FILE = "refusal.json"
-
-_REFUSALS: dict[str, type[SpacyAccelerateError]] = {
-    "accuracy": AccuracyError,
-    "speed": NoFasterPlanError,
-}
-
-
-def _store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
-    """Keep the decision instead of a model: OpenVINO's int8 search costs minutes, and its
-    verdict holds for the same weights, calibration, bounds and CPU (all in the key), so a
-    warm start reads it from the entry instead of searching again."""
-    kind = "speed" if isinstance(refusal, NoFasterPlanError) else "accuracy"
-    for path in folder.iterdir():
-        if path.name != OWNER_MARK:
-            path.unlink()
-    (folder / REFUSAL_FILE).write_text(json.dumps({"kind": kind, "message": str(refusal)}))
-    return {"refusal": kind}
-
-
-def _raise_recorded_refusal(entry: CacheEntry) -> None:
-    """Raise the refusal a calibrated build stored, if this entry is one."""
-    if REFUSAL_FILE not in entry.manifest["files"]:
-        return
-    try:
-        recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
-        error = _REFUSALS[recorded["kind"]]
-        message = str(recorded["message"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CacheError(
-            f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
-            "entry (spacy-accelerate cache clear) so that the model is tried again."
-        ) from None
-    raise error(
-        f"{message} (Decided when this model was first tried here, {entry.created}; clear "
-        "the cache to try again.)"
-    )
-
-
 class _EntryGone(Exception):
     """Internal: the entry was removed (``clear_cache`` in another process, say) between
     its verification and its opening."""
@@ -298,57 +183,120 @@ def get_or_export(
     outputs are computed (see :class:`References`).
     """
     start = time.perf_counter()
-    spec = detected.spec
     if buckets is None:
-        buckets = BucketPlan.for_pipeline(config.gpu, spec, window, DEFAULT_MAX_BATCH)
-    verification = verification or Verification(window=window)
-    batches = verification.batches(spec)
-    inputs = key_inputs(module, spec, _export_options(config, spec, verification, calibration))
-    key = cache_key(inputs)
-    layout = session_layout(config, spec, buckets, cache, key)
-    required = _required_files(config)
-    built: list[tuple[Session, ParityReport]] = []
-    gate = config.gate()
-    references = References(module, detected, exclusive)
+        buckets = BucketPlan.for_pipeline(config.gpu, detected.spec, window, DEFAULT_MAX_BATCH)
+    fetch = _Fetch(
+        module,
+        detected,
+        config,
+        provider,
+        cache,
+        verification=verification or Verification(window=window),
+        buckets=buckets,
+        calibration=calibration,
+        judge=judge,
+        build_allowed=build_allowed,
+        references=References(module, detected, exclusive),
+    )
+    session, exported = fetch.run(start)
+    parity = exported.parity
+    logger.info(
+        "%s %s %s encoder (key %s) in %.2f s; parity %s",
+        "loaded cached" if exported.cache_hit else "exported",
+        config.precision.value,
+        detected.spec.family,
+        exported.key[:12],
+        exported.seconds,
+        f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+        if parity
+        else "not checked",
+    )
+    return session, exported
 
-    def build(folder: Path) -> dict[str, Any]:
-        if not build_allowed:
-            raise CacheMissError(key)
+
+class _Fetch:
+    """One :func:`get_or_export` call: the key of the request, how a miss is built
+    (:meth:`build`) and how an entry is served (:meth:`serve`), and the retries between
+    them (:meth:`run`)."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        detected: DetectedEncoder,
+        config: OptimizeConfig,
+        provider: ResolvedProvider,
+        cache: ModelCache,
+        *,
+        verification: Verification,
+        buckets: BucketPlan,
+        calibration: CalibrationInputs | None,
+        judge: Judge | None,
+        build_allowed: bool,
+        references: References,
+    ) -> None:
+        spec = detected.spec
+        self.module, self.detected, self.config = module, detected, config
+        self.provider, self.cache = provider, cache
+        self.verification, self.calibration, self.judge = verification, calibration, judge
+        self.build_allowed, self.references = build_allowed, references
+        self.batches = verification.batches(spec)
+        options = _export_options(config, spec, verification, calibration)
+        self.inputs = key_inputs(module, spec, options)
+        self.key = cache_key(self.inputs)
+        self.layout = session_layout(config, spec, buckets, cache, self.key)
+        self.required = _required_files(config)
+        self.gate = config.gate()
+        #: The session and report of the model this call built (served on a miss).
+        self.built: list[tuple[Session, ParityReport]] = []
+        self.storing = stored_as_cache_errors(self.build, cache.root)
+
+    def build(self, folder: Path) -> dict[str, Any]:
+        """Export, build and check the model in ``folder``; what the manifest records of
+        how it was built (or a calibrated build's refusal, kept instead of a model)."""
+        if not self.build_allowed:
+            raise CacheMissError(self.key)
+        config, detected, spec = self.config, self.detected, self.detected.spec
         path = folder / MODEL_FILE
         hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
         export_onnx(hf_model, spec, path, opset=config.opset)
         del hf_model
         # The session holds the whole model in memory, so it stays valid after the
         # folder is renamed into the cache: it is served as is.
+        calibration = self.calibration
         job = BuildJob(
             path=path,
-            module=module,
+            module=self.module,
             detected=detected,
             config=config,
-            provider=provider,
-            layout=layout,
-            cache=cache,
-            gate=gate,
-            batches=batches,
-            references=references.of,
+            provider=self.provider,
+            layout=self.layout,
+            cache=self.cache,
+            gate=self.gate,
+            batches=self.batches,
+            references=self.references.of,
             calibration=calibration.full if calibration is not None else None,
-            judge=_provisional(judge, key, folder),
+            judge=_provisional(self.judge, self.key, folder),
         )
         try:
             session, report = backend_for(config.provider).build(job)
         except (NoFasterPlanError, AccuracyError) as refusal:
             if not config.calibrated:
                 raise
-            return _store_refusal(folder, refusal)
+            return store_refusal(folder, refusal)
         recorded = report.as_dict()
         if calibration is not None:
             spot = save_spot_check(calibration.full.items, folder)
             measured = check_parity(
-                module, detected, session, gate=Gate(), batches=spot, references=references.of(spot)
+                self.module,
+                detected,
+                session,
+                gate=Gate(),
+                batches=spot,
+                references=self.references.of(spot),
             )
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
-        built.append((session, report))
+        self.built.append((session, report))
         if not report.plan:
             return {}
         return {
@@ -357,97 +305,91 @@ def get_or_export(
             "compiled_as": report.compiled_as,
         }
 
-    storing = _stored_as_cache_errors(build, cache.root)
-
-    def serve(result: CacheResult) -> tuple[Session, ParityReport | None]:
+    def serve(self, result: CacheResult) -> tuple[Session, ParityReport | None]:
         """The session over ``result``'s entry; a hit opened and re-checked as asked."""
-        _raise_recorded_refusal(result.entry)
+        raise_recorded_refusal(result.entry)
         if not result.hit:
-            return built[-1]
-        entry = result.entry
+            return self.built[-1]
+        entry, config, cache = result.entry, self.config, self.cache
         try:
-            session = open_session(entry.file(_model_file(config)), provider, config, layout, cache)
+            model = entry.file(_model_file(config))
+            session = open_session(model, self.provider, config, self.layout, cache)
         except Exception as error:
-            if cache.lookup(key, required) != entry:
+            if cache.lookup(self.key, self.required) != entry:
                 raise _EntryGone from error
             raise
-        if not (config.verify or not _recorded_report_meets(entry, gate)):
+        if not (config.verify or not _recorded_report_meets(entry, self.gate)):
             return session, None
         # A hit is checked again unless told not to; and always when it was stored under
         # a looser gate than this call asks for.
-        checked_batches, checked = batches, gate
-        if calibration is not None:
+        checked_batches, checked = self.batches, self.gate
+        if self.calibration is not None:
             try:
                 checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
             except OSError as error:
                 raise _EntryGone from error
-            checked = spot_check_gate(gate, _recorded(entry).get("spot_check_mean_cosine"))
+            recorded = _recorded(entry).get("spot_check_mean_cosine")
+            checked = spot_check_gate(self.gate, recorded)
         parity = check_parity(
-            module,
-            detected,
+            self.module,
+            self.detected,
             session,
             gate=checked,
             batches=checked_batches,
-            references=references.of(checked_batches),
+            references=self.references.of(checked_batches),
         )
         return session, parity
 
-    # A calibrated build may store a refusal instead of a model (see _store_refusal).
-    lookup_required = () if config.calibrated else required
-    result = cache.get_or_build(key, inputs, storing, lookup_required)
-    _raise_recorded_refusal(result.entry)
-    if not set(required) <= set(result.entry.manifest["files"]):  # a model's files missing
-        result = cache.rebuild(result.entry, inputs, storing, required)
-    for attempt in (1, 2):
-        try:
-            session, parity = serve(result)
-            break
-        except _EntryGone:
-            if attempt == 2:
-                raise CacheError(
-                    f"The cached model {key[:12]} under {cache.root} was removed twice while "
-                    "it was being opened (is another process clearing the cache in a loop?). "
-                    "Try again once it has finished."
-                ) from None
-            logger.info("spacy-accelerate: cache entry %s went away; getting it again", key[:12])
-            result = cache.get_or_build(key, inputs, storing, lookup_required)
-        except (AccuracyError, ConversionError) as refusal:
-            if not result.hit or attempt == 2:
-                raise
-            logger.warning(
-                "spacy-accelerate: the cached model %s does not compute here what it was "
-                "proven to (%s); it is rebuilt.",
-                result.entry.path,
-                refusal,
-            )
-            result = cache.rebuild(result.entry, inputs, storing, required)
-    built_with = result.entry.manifest.get("built") or {}
-    plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
-    if parity is not None and result.hit:  # a hit serves the plan it was built with
-        parity = replace(parity, plan=plan, refused=refused)
-    exported = ExportedModel(
-        key=key,
-        path=result.entry.path,
-        cache_hit=result.hit,
-        seconds=time.perf_counter() - start,
-        parity=parity,
-        plan=plan,
-        refused=refused,
-        verification=verification,
-        compiled_as=built_with.get("compiled_as"),
-    )
-    logger.info(
-        "%s %s %s encoder (key %s) in %.2f s; parity %s",
-        "loaded cached" if exported.cache_hit else "exported",
-        config.precision.value,
-        spec.family,
-        key[:12],
-        exported.seconds,
-        f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
-        if parity
-        else "not checked",
-    )
-    return session, exported
+    def run(self, start: float) -> tuple[Session, ExportedModel]:
+        """The entry got or built, then served: an entry removed meanwhile is got again
+        once, a hit that does not compute what it was proven to is rebuilt once."""
+        cache, key, inputs, required = self.cache, self.key, self.inputs, self.required
+        # A calibrated build may store a refusal instead of a model (see refusals).
+        lookup_required = () if self.config.calibrated else required
+        result = cache.get_or_build(key, inputs, self.storing, lookup_required)
+        raise_recorded_refusal(result.entry)
+        if not set(required) <= set(result.entry.manifest["files"]):  # a model's files missing
+            result = cache.rebuild(result.entry, inputs, self.storing, required)
+        for attempt in (1, 2):
+            try:
+                session, parity = self.serve(result)
+                break
+            except _EntryGone:
+                if attempt == 2:
+                    raise CacheError(
+                        f"The cached model {key[:12]} under {cache.root} was removed twice "
+                        "while it was being opened (is another process clearing the cache in "
+                        "a loop?). Try again once it has finished."
+                    ) from None
+                logger.info(
+                    "spacy-accelerate: cache entry %s went away; getting it again", key[:12]
+                )
+                result = cache.get_or_build(key, inputs, self.storing, lookup_required)
+            except (AccuracyError, ConversionError) as refusal:
+                if not result.hit or attempt == 2:
+                    raise
+                logger.warning(
+                    "spacy-accelerate: the cached model %s does not compute here what it was "
+                    "proven to (%s); it is rebuilt.",
+                    result.entry.path,
+                    refusal,
+                )
+                result = cache.rebuild(result.entry, inputs, self.storing, required)
+        built_with = result.entry.manifest.get("built") or {}
+        plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
+        if parity is not None and result.hit:  # a hit serves the plan it was built with
+            parity = replace(parity, plan=plan, refused=refused)
+        return session, ExportedModel(
+            key=key,
+            path=result.entry.path,
+            cache_hit=result.hit,
+            seconds=time.perf_counter() - start,
+            parity=parity,
+            plan=plan,
+            refused=refused,
+            verification=self.verification,
+            compiled_as=built_with.get("compiled_as"),
+        )
 
 
 def reopen(

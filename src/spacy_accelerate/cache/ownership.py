@@ -9,12 +9,12 @@ may be a symbolic link to anywhere. Removal therefore follows three rules:
 - nothing is ever reached through a link: every path between the cache root and the
   folder is checked with ``lstat``, and ``shutil.rmtree`` removes a tree without following
   the links inside it;
-- the folders that merely group others (``openvino/``, ``tensorrt/<gpu>/``) are removed only
-  when empty.
+- the folders that merely group others (a backend's ``<name>/`` and ``<name>/<device>/``,
+  see :mod:`.derived`) are removed only when empty.
 
-The same checks guard the derived folders handed to OpenVINO and TensorRT: a folder that is
-a link, or was not made by the library, is not used for compiled blobs or engines (whose
-unrecorded files are deleted before each compile).
+The same checks guard the derived folders handed to a runtime: a folder that is a link, or
+was not made by the library, is not used for compiled blobs or engines (whose unrecorded
+files are deleted before each compile).
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from typing import Any
 import platformdirs
 
 from spacy_accelerate._version import __version__
+from spacy_accelerate.cache.derived import DerivedFolders, registered
 from spacy_accelerate.cache.lock import KeyLock
 from spacy_accelerate.cache.ownership import (
     MARK,
@@ -86,10 +87,6 @@ _TMP_PREFIX = ".tmp-"
 #: The file in every entry (and build folder) that says the library made it.
 OWNER_MARK = MARK
 _LOCK_DIR = ".locks"
-#: TensorRT's engines and timing caches, per GPU and onnxruntime build (see session_layout).
-ENGINE_DIR = "tensorrt"
-#: OpenVINO's compiled blobs, per CPU model and OpenVINO release, then per key.
-COMPILED_DIR = "openvino"
 _HASH_CHUNK = 1024 * 1024
 
 
@@ -254,7 +251,7 @@ def _check_manifest_fields(
 
 def _check_nothing_unlisted(folder: Path, files: Mapping[str, Any]) -> None:
     """Every path in the entry is the manifest, a listed file or a folder of one: a runtime
-    reads files it finds beside the model (ONNX external data, OpenVINO weights), so an
+    reads files it finds beside the model (external data, weights files), so an
     unlisted one would be served unverified."""
     allowed = {MANIFEST_NAME, *files}
     for name in files:
@@ -500,8 +497,9 @@ class ModelCache:
             return False
         with self._lock(key):
             self._remove_temp_dirs_of(key)
-            self._remove_engines(key)
-            self._remove_compiled(key)
+            for kind in registered():
+                for device in real_subdirs(self.root / kind.name):
+                    self._remove_derived(kind, device / key)
             return self._remove_entry_locked(key)
 
     def clear(self) -> int:
@@ -520,48 +518,41 @@ class ModelCache:
         removed = 0
         for key in sorted(keys):
             removed += self.evict(key)
-        self._clear_engines()
-        self._clear_compiled()
+        for kind in registered():
+            self._clear_derived(kind)
         return removed
 
-    def engine_dir(self, key: str, device: str, settings: str) -> Path | None:
-        """TensorRT's engine folder for entry ``key`` on ``device``, built with ``settings``
-        (a digest). Made on demand; None where the folder found there is not the library's
-        (a link, say): TensorRT then builds its engines anew on every start."""
+    def derived_dir(
+        self, kind: DerivedFolders, key: str, device: str, variant: str | None = None
+    ) -> Path | None:
+        """The folder of ``kind`` for entry ``key`` on ``device`` (and ``variant``, for a kind
+        with variants). Made on demand; None where the folder found there is not the
+        library's (a link, say): the backend then does without it. A :class:`CacheError`
+        where the cache cannot be written."""
         _validate_key(key)
-        return self._derived(self.root / ENGINE_DIR / device / key / settings, "tensorrt-engines")
+        folder = self.root / kind.name / device / key
+        return self._derived(folder / variant if variant else folder, kind.label)
 
-    def timing_dir(self, device: str) -> Path | None:
-        """TensorRT's timing cache for ``device``, shared by every model. Made on demand;
-        None as for :meth:`engine_dir`."""
-        return self._derived(self.root / ENGINE_DIR / device / "timing", "tensorrt-timing")
+    def shared_dir(self, kind: DerivedFolders, device: str, name: str) -> Path | None:
+        """The folder ``name`` of ``kind`` on ``device`` that every key shares (one of
+        ``kind.shared``); None and errors as for :meth:`derived_dir`."""
+        labels = dict(kind.shared)
+        if name not in labels:
+            raise ValueError(f"{name!r} is not a shared folder of {kind.name!r}")
+        return self._derived(self.root / kind.name / device / name, labels[name])
 
-    def compiled_dir(self, key: str, cpu: str) -> Path | None:
-        """Where OpenVINO keeps entry ``key``'s compiled blobs for ``cpu`` (None when the
-        cache cannot be written, or the folder there is not the library's: OpenVINO then
-        compiles on every start). Per key, so that evicting the entry takes its blobs
-        along, and a blob can be checked as its entry is."""
-        _validate_key(key)
-        try:
-            return self._derived(self.root / COMPILED_DIR / cpu / key, "openvino-blobs")
-        except CacheError:
-            return None
-
-    def compiled_lock(self, compiled_dir: Path) -> KeyLock:
-        """The lock held while the blobs in ``compiled_dir`` are checked, written or removed."""
-        return self._folder_lock(compiled_dir)
-
-    def engine_lock(self, engine_dir: Path) -> KeyLock:
-        """The lock held while an engine in ``engine_dir`` is built, loaded or removed.
+    def derived_lock(self, folder: Path) -> KeyLock:
+        """The lock held while what is in a derived ``folder`` is built, checked, loaded or
+        removed.
 
         Lock files live under ``.locks`` with the others and are never deleted: removing
         a lock file another process waits on would hand out the same lock twice.
         """
-        return self._folder_lock(engine_dir)
+        return self._folder_lock(folder)
 
     def _folder_lock(self, folder: Path) -> KeyLock:
         """The lock of a derived folder under the cache root, named by its path there
-        (``tensorrt-<gpu>-<key>-<settings>.lock``, ``openvino-<cpu>-<key>.lock``)."""
+        (``<name>-<device>-<key>[-<variant>].lock``)."""
         name = "-".join(folder.relative_to(self.root).parts) + ".lock"
         return KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
 
@@ -582,51 +573,32 @@ class ModelCache:
             )
         return made
 
-    def _device_dirs(self, kind: str = ENGINE_DIR) -> list[Path]:
-        """The per-device folders under ``kind`` (TensorRT's GPUs, OpenVINO's CPUs)."""
-        base = self.root / kind
-        return real_subdirs(base)
+    def _remove_derived(self, kind: DerivedFolders, folder: Path) -> None:
+        """Remove the derived ``folder`` of one key on one device, each unit under its lock.
+        A variant made meanwhile stays, for its entry's next build."""
+        if kind.variants:
+            for variant in real_subdirs(folder):
+                if is_marked(variant):
+                    with self.derived_lock(variant):
+                        remove_tree(variant)
+            remove_if_empty(folder)
+        elif _is_own_derived(kind, folder):
+            with self.derived_lock(folder):
+                remove_tree(folder)
 
-    def _remove_engines(self, key: str) -> None:
-        """Remove the engines of ``key`` on every device, each under its lock."""
-        for device in self._device_dirs():
-            folder = device / key
-            for engines in real_subdirs(folder):
-                if is_marked(engines):
-                    with self.engine_lock(engines):
-                        remove_tree(engines)
-            remove_if_empty(folder)  # an engine made meanwhile stays, for its entry's next build
-
-    def _remove_compiled(self, key: str) -> None:
-        """Remove OpenVINO's blobs of ``key`` for every CPU, each under its lock."""
-        for cpu in self._device_dirs(COMPILED_DIR):
-            folder = cpu / key
-            if _is_own_blob_dir(folder):
-                with self.compiled_lock(folder):
-                    remove_tree(folder)
-
-    def _clear_compiled(self) -> None:
-        """Remove every key's blobs (keys without an entry included), each under its lock.
-        A folder a build makes meanwhile stays, as with engines."""
-        base = self.root / COMPILED_DIR
-        for cpu in self._device_dirs(COMPILED_DIR):
-            for child in real_subdirs(cpu):
-                if _KEY_PATTERN.fullmatch(child.name) and _is_own_blob_dir(child):
-                    with self.compiled_lock(child):
-                        remove_tree(child)
-            remove_if_empty(cpu)
-        remove_if_empty(base)
-
-    def _clear_engines(self) -> None:
-        """Remove the engines of every key, and the timing caches; nothing else."""
-        for device in self._device_dirs():
+    def _clear_derived(self, kind: DerivedFolders) -> None:
+        """Remove every key's folders of ``kind`` (keys without an entry included) and its
+        shared folders; nothing else."""
+        base = self.root / kind.name
+        for device in real_subdirs(base):
             for child in real_subdirs(device):
                 if _KEY_PATTERN.fullmatch(child.name):
-                    self._remove_engines(child.name)
-            if is_marked(device / "timing"):
-                remove_tree(device / "timing")
+                    self._remove_derived(kind, child)
+            for name, _label in kind.shared:
+                if is_marked(device / name):
+                    remove_tree(device / name)
             remove_if_empty(device)
-        remove_if_empty(self.root / ENGINE_DIR)
+        remove_if_empty(base)
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included."""
@@ -811,12 +783,14 @@ class ModelCache:
                 lock.release()
 
 
-def _is_own_blob_dir(folder: Path) -> bool:
-    """OpenVINO's blob folder of a key, made by the library: marked, or (folders of the
-    release before the mark) holding the library's record of its blobs."""
+def _is_own_derived(kind: DerivedFolders, folder: Path) -> bool:
+    """A key's derived folder made by the library: marked, or (folders of the release
+    before the mark) holding the kind's legacy record."""
     if is_marked(folder):
         return True
+    if kind.legacy_record is None:
+        return False
     try:
-        return is_real_dir(folder) and stat.S_ISREG((folder / "blobs.json").lstat().st_mode)
+        return is_real_dir(folder) and stat.S_ISREG((folder / kind.legacy_record).lstat().st_mode)
     except OSError:
         return False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -24,16 +23,13 @@ from spacy_accelerate.runtime.providers import ResolvedProvider
 
 @dataclass(frozen=True)
 class SessionLayout:
-    """What a session needs to know about its model and where it runs, besides the config."""
+    """What a session needs to know about its model and where it runs, besides the config.
+    A backend that keeps derived artefacts (engines, compiled blobs) extends it with their
+    folders."""
 
     input_names: tuple[str, ...]
     padding_idx: int
     buckets: BucketPlan
-    #: Where TensorRT keeps this model's engines, and its (per-GPU) timing cache.
-    engine_dir: Path | None = None
-    timing_dir: Path | None = None
-    #: Where OpenVINO keeps this model's compiled blobs on this CPU.
-    compiled_dir: Path | None = None
 
 
 class Session(Protocol):

@@ -36,9 +36,8 @@ class ParityReport:
     min_cosine: tuple[float, ...]
     gate: Gate
     batch_shape: tuple[int, int]
-    #: For int8: the quantization plan that passed (ONNX Runtime: a
-    #: :class:`~spacy_accelerate.backends.onnxruntime.quantize.KeepFloat` value; OpenVINO: a
-    # ``FloatLayers`` label).
+    #: For int8: the label of the quantization plan that passed (as the backend's plan
+    #: search names it, see :mod:`.plan_search`).
     plan: str | None = None
     #: For int8: the other plans tried and why each was refused, so a slower plan
     #: served is never unexplained.
@@ -47,8 +46,8 @@ class ParityReport:
     #: and how many such pieces there were.
     mean_cosine: tuple[float, ...] = ()
     read_pieces: int = 0
-    #: For OpenVINO's int8: what the served plan's MatMuls run as, read from the compiled
-    #: model (:func:`~spacy_accelerate.backends.openvino.session.compiled_matmuls`).
+    #: Where the backend can tell: what the served plan's matrix products run as, read
+    #: from the compiled model (int8, int8 weights with float arithmetic, float).
     compiled_as: str | None = None
 
     @property

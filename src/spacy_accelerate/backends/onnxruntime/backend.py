@@ -3,13 +3,12 @@
 fp32 and fp16 models are the exported graph after ONNX Runtime's transformer optimizer
 (:mod:`.graph`); int8 is its dynamic quantization, a ladder of plans searched until one
 passes the gate (:mod:`.quantize`). TensorRT's engines and timing cache are derived
-data: rebuilt from the cached ONNX file when missing, only valid on the GPU model,
-TensorRT build and builder settings that made them. They live beside the cache entries,
-under ``<cache_dir>/tensorrt/<gpu>-<onnxruntime>/<key>/<settings>/`` (the settings folder
-is a hash of precision, workspace, builder level, profile shapes and the TensorRT
-version), never inside an entry (whose files are checksummed and immutable), and go when
-the entry is evicted or the cache cleared. Building an engine takes its folder's lock, so
-two processes starting together build it once.
+folders (:mod:`spacy_accelerate.cache.derived`), only valid on the GPU model, TensorRT
+build and builder settings that made them:
+``<cache_dir>/tensorrt/<gpu>-<onnxruntime>/<key>/<settings>/`` (the settings folder is a
+hash of precision, workspace, builder level, profile shapes and the TensorRT version).
+Building an engine takes its folder's lock, so two processes starting together build it
+once.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from spacy_accelerate.backends.onnxruntime.graph import graph_plan, optimize_gra
 from spacy_accelerate.backends.onnxruntime.provider_options import (
     INSTALL_HINTS,
     ORT_PROVIDER_NAMES,
+    OnnxRuntimeLayout,
     device_slug,
     engine_settings,
     import_onnxruntime,
@@ -39,6 +39,7 @@ from spacy_accelerate.backends.onnxruntime.quantize import (
     recipe_for,
 )
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
+from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import CacheError, ProviderUnavailableError
@@ -75,11 +76,21 @@ def int8_recipe() -> Int8Recipe:
     return recipe_for(cpu_features())
 
 
+#: TensorRT's engines (a folder per builder settings under each key and GPU) and its
+#: per-GPU timing cache, beside the cache entries.
+TENSORRT_ENGINES = DerivedFolders(
+    name="tensorrt",
+    label="tensorrt-engines",
+    variants=True,
+    shared=(("timing", "tensorrt-timing"),),
+)
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime's execution providers over the exported ONNX file."""
 
     providers = frozenset({Provider.CPU, Provider.CUDA, Provider.TENSORRT})
-    derived_folders = ("tensorrt",)
+    derived_folders = (TENSORRT_ENGINES,)
 
     def install_hint(self, provider: Provider) -> str:
         return INSTALL_HINTS[provider]
@@ -127,15 +138,15 @@ class OnnxRuntimeBackend(Backend):
             digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
             device = device_slug(config.gpu.device_id)
             try:
-                engine_dir = (
-                    cache.engine_dir(key, device, digest[:16]) if trt.engine_cache else None
-                )
-                timing_dir = cache.timing_dir(device) if trt.timing_cache else None
+                if trt.engine_cache:
+                    engine_dir = cache.derived_dir(TENSORRT_ENGINES, key, device, digest[:16])
+                if trt.timing_cache:
+                    timing_dir = cache.shared_dir(TENSORRT_ENGINES, device, "timing")
             except CacheError as error:
                 # Engines are an optimisation: without a writable cache TensorRT builds anew.
                 logger.warning("spacy-accelerate: TensorRT's engines will not be cached: %s", error)
                 engine_dir = timing_dir = None
-        return SessionLayout(
+        return OnnxRuntimeLayout(
             input_names=spec.input_names,
             padding_idx=spec.padding_idx,
             buckets=buckets,
@@ -152,9 +163,10 @@ class OnnxRuntimeBackend(Backend):
         cache: ModelCache | None,
     ) -> Session:
         """TensorRT's build (or engine load) under the engine folder's lock."""
-        if layout.engine_dir is None or cache is None:
+        engine_dir = layout.engine_dir if isinstance(layout, OnnxRuntimeLayout) else None
+        if engine_dir is None or cache is None:
             return EncoderSession(model, provider, config, layout)
-        with cache.engine_lock(layout.engine_dir):
+        with cache.derived_lock(engine_dir):
             return EncoderSession(model, provider, config, layout)
 
     def build(self, job: BuildJob) -> tuple[Session, ParityReport]:

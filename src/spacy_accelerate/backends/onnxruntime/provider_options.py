@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
@@ -38,6 +40,15 @@ def import_onnxruntime() -> Any:
 
 #: One execution provider as ONNX Runtime takes it: its name and its options.
 ProviderEntry = tuple[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeLayout(SessionLayout):
+    """An ONNX Runtime session's layout: where TensorRT keeps this model's engines, and its
+    (per-GPU) timing cache (None: not kept)."""
+
+    engine_dir: Path | None = None
+    timing_dir: Path | None = None
 
 
 def _flag(value: bool) -> str:
@@ -94,12 +105,14 @@ def tensorrt_options(config: OptimizeConfig, layout: SessionLayout) -> dict[str,
         "device_id": str(config.gpu.device_id),
         **engine_settings(config, layout.input_names, layout.buckets),
     }
-    if trt.engine_cache and layout.engine_dir is not None:
+    engine_dir = layout.engine_dir if isinstance(layout, OnnxRuntimeLayout) else None
+    timing_dir = layout.timing_dir if isinstance(layout, OnnxRuntimeLayout) else None
+    if trt.engine_cache and engine_dir is not None:
         options["trt_engine_cache_enable"] = "1"
-        options["trt_engine_cache_path"] = str(layout.engine_dir)
-    if trt.timing_cache and layout.timing_dir is not None:
+        options["trt_engine_cache_path"] = str(engine_dir)
+    if trt.timing_cache and timing_dir is not None:
         options["trt_timing_cache_enable"] = "1"
-        options["trt_timing_cache_path"] = str(layout.timing_dir)
+        options["trt_timing_cache_path"] = str(timing_dir)
     return options
 
 

@@ -1,10 +1,12 @@
-"""OpenVINO on the CPU: fp32, bf16 and calibrated int8 (see :mod:`.session`, :mod:`.quantize`).
+"""OpenVINO on the CPU: fp32, bf16 and calibrated int8 (see :mod:`.session`,
+:mod:`.quantize`).
 
 The exported ONNX file is converted once to OpenVINO's IR, stored in the cache entry
-instead of the ONNX file. OpenVINO's compiled blobs are derived data kept beside the
-entries, under ``<cache_dir>/openvino/<cpu>-<openvino>/<key>/``, and checked against their
-recorded sha256 before each compile (:mod:`.blobs`); they go when the entry is evicted or
-the cache cleared.
+instead of the ONNX file. OpenVINO's compiled blobs are derived folders
+(:mod:`spacy_accelerate.cache.derived`),
+``<cache_dir>/openvino/<cpu>-<openvino>/<key>/``, and checked against their recorded
+sha256 before each compile (:mod:`.blobs`); they go when the entry is evicted or the
+cache cleared.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ from typing import Any
 
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
-from spacy_accelerate.backends.openvino.blobs import checked_blobs
+from spacy_accelerate.backends.openvino.blobs import SUMS_FILE, checked_blobs
 from spacy_accelerate.backends.openvino.quantize import quantize_within_gate
 from spacy_accelerate.backends.openvino.session import (
     INSTALL_HINT,
     IR_FILE,
+    OpenVINOLayout,
     OpenVINOSession,
     check_precision,
     convert_to_ir,
     cpu_slug,
     openvino_key,
 )
+from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import CacheError
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
@@ -38,11 +42,16 @@ from spacy_accelerate.verify.parity import ParityReport
 logger = logging.getLogger("spacy_accelerate")
 
 
+#: OpenVINO's compiled blobs, a folder per CPU model and OpenVINO release, then per key
+#: (folders of the release before the mark are known by their record of the blobs).
+OPENVINO_BLOBS = DerivedFolders(name="openvino", label="openvino-blobs", legacy_record=SUMS_FILE)
+
+
 class OpenVINOBackend(Backend):
     """OpenVINO's CPU plugin over the IR of the exported model."""
 
     providers = frozenset({Provider.OPENVINO})
-    derived_folders = ("openvino",)
+    derived_folders = (OPENVINO_BLOBS,)
 
     def install_hint(self, provider: Provider) -> str:
         return INSTALL_HINT
@@ -70,11 +79,15 @@ class OpenVINOBackend(Backend):
         cache: ModelCache,
         key: str,
     ) -> SessionLayout:
-        return SessionLayout(
+        try:  # per key, so that evicting the entry takes its blobs along
+            compiled_dir = cache.derived_dir(OPENVINO_BLOBS, key, cpu_slug())
+        except CacheError:  # an unwritable cache: OpenVINO compiles on every start
+            compiled_dir = None
+        return OpenVINOLayout(
             input_names=spec.input_names,
             padding_idx=spec.padding_idx,
             buckets=buckets,
-            compiled_dir=cache.compiled_dir(key, cpu_slug()),
+            compiled_dir=compiled_dir,
         )
 
     def open_session(
@@ -86,10 +99,10 @@ class OpenVINOBackend(Backend):
         cache: ModelCache | None,
     ) -> Session:
         """OpenVINO's compile under its blob folder's lock, the blobs checked first."""
-        blobs = layout.compiled_dir
+        blobs = layout.compiled_dir if isinstance(layout, OpenVINOLayout) else None
         if blobs is not None and cache is not None:
             try:
-                with cache.compiled_lock(blobs), checked_blobs(blobs):
+                with cache.derived_lock(blobs), checked_blobs(blobs):
                     return OpenVINOSession(model, provider, config, layout, cache_dir=blobs)
             except CacheError as error:
                 # A read-only cache serves its entries without locks; its blobs cannot be

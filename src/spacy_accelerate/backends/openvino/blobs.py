@@ -1,14 +1,14 @@
 """OpenVINO's compiled blobs, checked before OpenVINO reads them.
 
-OpenVINO writes a compiled model to ``CACHE_DIR`` after the first compile and
-imports it on later starts without any check of its own: a blob damaged on disk
-that still imports would be served, and a pipeline run with ``verify=False``
-would annotate silently wrong. Each entry's blobs live in their own folder
-(:meth:`.ModelCache.compiled_dir`, removed with the entry); after a compile the
-size and sha256 of every blob there are recorded beside them, and before the
-next compile any blob that is unrecorded or no longer matches is removed, so
-OpenVINO compiles afresh and writes it again. The caller holds the folder's
-lock, so no process checks a blob while another writes it.
+OpenVINO writes a compiled model to ``CACHE_DIR`` after the first compile and imports it
+on later starts without any check of its own: a blob damaged on disk that still imports
+would be served, and a pipeline run with ``verify=False`` would annotate silently wrong.
+Each entry's blobs live in their own folder
+(:meth:`~spacy_accelerate.cache.store.ModelCache.derived_dir`, removed with the entry);
+after a compile the size and sha256 of every blob there are recorded beside them, and
+before the next compile any blob that is unrecorded or no longer matches is removed, so
+OpenVINO compiles afresh and writes it again. The caller holds the folder's lock, so no
+process checks a blob while another writes it.
 """
 
 from __future__ import annotations

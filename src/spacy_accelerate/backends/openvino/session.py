@@ -211,6 +211,14 @@ def convert_to_ir(onnx_path: Path, folder: Path) -> Path:
     return target
 
 
+@dataclass(frozen=True)
+class OpenVINOLayout(SessionLayout):
+    """An OpenVINO session's layout: where OpenVINO keeps this model's compiled blobs on
+    this CPU (None: compiled on every start)."""
+
+    compiled_dir: Path | None = None
+
+
 class OpenVINORunner:
     """Torch tensors in, torch tensors out, through one infer request per thread."""
 

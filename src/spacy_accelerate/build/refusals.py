@@ -1,0 +1,54 @@
+"""A calibrated build's refusal, kept in its cache entry instead of a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from spacy_accelerate.cache.store import OWNER_MARK, CacheEntry
+from spacy_accelerate.errors import (
+    AccuracyError,
+    CacheError,
+    NoFasterPlanError,
+    SpacyAccelerateError,
+)
+
+#: What a calibrated build stores instead of a model when no plan may be served.
+REFUSAL_FILE = "refusal.json"
+
+_REFUSALS: dict[str, type[SpacyAccelerateError]] = {
+    "accuracy": AccuracyError,
+    "speed": NoFasterPlanError,
+}
+
+
+def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
+    """Keep the decision instead of a model: OpenVINO's int8 search costs minutes, and its
+    verdict holds for the same weights, calibration, bounds and CPU (all in the key), so a
+    warm start reads it from the entry instead of searching again."""
+    kind = "speed" if isinstance(refusal, NoFasterPlanError) else "accuracy"
+    for path in folder.iterdir():
+        if path.name != OWNER_MARK:
+            path.unlink()
+    (folder / REFUSAL_FILE).write_text(json.dumps({"kind": kind, "message": str(refusal)}))
+    return {"refusal": kind}
+
+
+def raise_recorded_refusal(entry: CacheEntry) -> None:
+    """Raise the refusal a calibrated build stored, if this entry is one."""
+    if REFUSAL_FILE not in entry.manifest["files"]:
+        return
+    try:
+        recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
+        error = _REFUSALS[recorded["kind"]]
+        message = str(recorded["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CacheError(
+            f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
+            "entry (spacy-accelerate cache clear) so that the model is tried again."
+        ) from None
+    raise error(
+        f"{message} (Decided when this model was first tried here, {entry.created}; clear "
+        "the cache to try again.)"
+    )
