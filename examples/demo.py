@@ -1,6 +1,6 @@
 """Accelerate a real spaCy transformer pipeline and compare it with PyTorch.
 
-The same as ``python -m spacy_accelerate demo`` (see :mod:`spacy_accelerate_samples.demo`):
+The README's first command ends with this script (see :mod:`spacy_accelerate_samples.demo`):
 MiniLM-L6 with real weights and heads trained on UD-EWT dev, built offline on
 the first run, then UD-EWT test documents through PyTorch and through the
 accelerated pipeline (fp32 and int8), alternating; prints words per second,

@@ -258,26 +258,13 @@ def make_optimize_callback(
 ) -> Callable[[Language], Language]:
     """spaCy's ``after_pipeline_creation`` callback that accelerates the loaded pipeline.
     ``cache_dir`` and ``calibration_texts`` are load-time overrides (never saved)."""
-    request = OptimizeRequest(
-        provider=provider,
-        precision=precision,
-        warmup=warmup,
-        verify=verify,
-        tolerance=tolerance,
-        min_cosine=min_cosine,
-        threads=threads,
-        device_id=device_id,
-        fallback=fallback,
-        gpu=dict(gpu) if gpu is not None else None,
-        min_agreement=min_agreement,
-        lock_timeout=lock_timeout,
-        missing_cache=missing_cache,
-        cache_dir=cache_dir,
-        saved_cache_dir=saved_cache_dir,
-        calibration_texts=list(calibration_texts) if calibration_texts is not None else None,
-        calibration_sha256=calibration_sha256,
-        calibration_count=calibration_count,
-    )
+    given = locals()
+    recorded = {f.name: given[f.name] for f in fields(OptimizeRequest)}
+    # The config hands over its own mapping and sequence types: plain ones are kept.
+    recorded["gpu"] = dict(gpu) if gpu is not None else None
+    texts = calibration_texts
+    recorded["calibration_texts"] = list(texts) if texts is not None else None
+    request = OptimizeRequest(**recorded)
     return AfterCreation(request=request, enabled=enabled, previous=previous, reapply=reapply)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
+from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import BuildJob
 from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
 from spacy_accelerate.build.references import References
@@ -102,10 +103,10 @@ def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
 
 
 #: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
-Judge = Callable[[Any, "ExportedModel"], None]
+Judge = Callable[[Session, "ExportedModel"], None]
 
 
-def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], None] | None:
+def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Session], None] | None:
     """``judge`` for a session whose entry is not (yet) final."""
     if judge is None:
         return None
@@ -115,7 +116,7 @@ def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Any], N
 
 def _export_options(
     config: OptimizeConfig,
-    spec: Any,
+    spec: EncoderSpec,
     verification: Verification,
     calibration: CalibrationInputs | None = None,
 ) -> dict[str, Any]:

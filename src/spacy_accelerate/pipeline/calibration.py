@@ -25,12 +25,14 @@ from spacy.tokens import Doc
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.build.get_or_export import ExportedModel
 from spacy_accelerate.errors import AgreementError, InvalidOptionError
 from spacy_accelerate.options.config import OptimizeConfig, texts_digest
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import Calibration
 from spacy_accelerate.verify.verification import PROBE_TEXTS
 
@@ -259,12 +261,12 @@ def check_agreement(nlp: Language, calibration: Calibration, min_agreement: floa
 
 def agreement_judge(
     source: CalibrationSource, module: torch.nn.Module, min_agreement: float
-) -> Callable[[Any, Any], None]:
+) -> Callable[[Session, ExportedModel], None]:
     """Judges a candidate session inside the pipeline: one pass over the calibration texts
     with it in place of the transformer, in this thread only (other threads annotating
     with the pipeline meanwhile never run a candidate)."""
 
-    def judge(session: Any, exported: Any) -> None:
+    def judge(session: Session, exported: ExportedModel) -> None:
         candidate = make_proxy(module, session, source.spec, exported)
         with scoped(source.location, candidate):
             check_agreement(source.nlp, source.full, min_agreement)

@@ -19,13 +19,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import singledispatch
-from typing import Any
+from typing import Any, cast
 
 import torch
 from curated_transformers.models.attention import AttentionMask
 from curated_transformers.models.curated_transformer import CuratedTransformer
 from curated_transformers.models.output import PyTorchTransformerOutput
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
@@ -200,14 +200,12 @@ class AcceleratedHFModel(AcceleratedModule):
         self.output_type = output_type
 
     @property
-    def config(self) -> Any:
+    def config(self) -> PretrainedConfig:
         return self._hf_config()
 
-    def _hf_config(self) -> Any:
-        """The Hugging Face model's config (transformers' modules are typed as plain torch
-        modules, whose attributes the checker cannot see)."""
-        model: Any = self.original
-        return model.config
+    def _hf_config(self) -> PretrainedConfig:
+        """The Hugging Face model's config (the original is held as a plain torch module)."""
+        return cast(PreTrainedModel, self.original).config
 
     def _rebuild_args(self) -> tuple[Any, ...]:
         return (self.output_type,)

@@ -98,6 +98,16 @@ class OpenVINOBackend(Backend):
         layout: SessionLayout,
         cache: ModelCache | None,
     ) -> Session:
+        return self.compile(model, provider, config, layout, cache)
+
+    def compile(
+        self,
+        model: Path,
+        provider: ResolvedProvider,
+        config: OptimizeConfig,
+        layout: SessionLayout,
+        cache: ModelCache | None,
+    ) -> OpenVINOSession:
         """OpenVINO's compile under its blob folder's lock, the blobs checked first."""
         blobs = layout.compiled_dir if isinstance(layout, OpenVINOLayout) else None
         if blobs is not None and cache is not None:
@@ -125,7 +135,7 @@ class OpenVINOBackend(Backend):
                 calibration=job.calibration,
                 references=job.references(job.calibration.items),
                 # Candidates keep no compiled blobs: all but one are thrown away.
-                open_session=lambda model: self.open_session(
+                open_session=lambda model: self.compile(
                     model, job.provider, config, job.layout, None
                 ),
                 judge=job.judge,

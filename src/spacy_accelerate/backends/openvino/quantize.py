@@ -54,6 +54,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import torch
 
@@ -67,6 +68,7 @@ from spacy_accelerate.backends.openvino.session import (
     INSTALL_HINT,
     IR_FILE,
     CompiledMatMuls,
+    OpenVINOSession,
     compiled_matmuls,
     dynamic_int8_hints,
     float_part_hints,
@@ -82,6 +84,7 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.providers import import_runtime
+from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import Calibration
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.plan_search import Judged, PlanSearch, bisect_ladder
@@ -228,10 +231,10 @@ def quantize_within_gate(
     *,
     gate: Gate,
     calibration: Calibration,
-    references: list[list[Any]],
-    open_session: Callable[[Path], Any],
-    judge: Callable[[Any], None] | None = None,
-) -> tuple[Any, ParityReport]:
+    references: list[list[np.ndarray]],
+    open_session: Callable[[Path], OpenVINOSession],
+    judge: Callable[[Session], None] | None = None,
+) -> tuple[Session, ParityReport]:
     """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
     plan with the fewest float layers that passes ``gate`` and ``judge`` (the pipeline's
     agreement), judged against ``references`` (PyTorch's outputs on the calibration
@@ -256,7 +259,7 @@ def quantize_within_gate(
         )
     items = calibration.items
     folder = onnx_path.parent
-    search: PlanSearch[Any] = PlanSearch()
+    search: PlanSearch[OpenVINOSession] = PlanSearch()
     built: dict[str, _Built] = {}  # by plan label: what a judged plan left, and its report
 
     def quantize(kept: list[str]) -> Any:
@@ -295,7 +298,7 @@ def quantize_within_gate(
         return quantized
 
     @functools.cache
-    def baseline() -> Any:
+    def baseline() -> OpenVINOSession:
         """The float model every plan must beat
         (:func:`~spacy_accelerate.backends.openvino.session.speed_baseline`),
         compiled as a served bf16 (or fp32) model is."""
@@ -305,7 +308,7 @@ def quantize_within_gate(
         ov.save_model(model, str(path), compress_to_fp16=False)
         return open_session(path)
 
-    def attempt(plan: Plan) -> Judged[Any]:
+    def attempt(plan: Plan) -> Judged[OpenVINOSession]:
         quantized = with_plan(plan)
         path = folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
@@ -412,7 +415,7 @@ def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
 
 
 def _verdict(
-    report: ParityReport, gate: Gate, session: Any, judge: Callable[[Any], None] | None
+    report: ParityReport, gate: Gate, session: Session, judge: Callable[[Session], None] | None
 ) -> str | None:
     """Why the candidate is refused, or None when it passes both gates."""
     if not replace(report, gate=gate).passed:

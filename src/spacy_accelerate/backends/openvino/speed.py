@@ -16,16 +16,16 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.runtime.session import Session
 
 #: Calibration items per timed pass, and alternating rounds (the medians are compared).
 TIMED_ITEMS = 4
 ROUNDS = 3
 
 
-def seconds_per_pass(session: Any, items: Sequence[EncoderInputs]) -> float:
+def seconds_per_pass(session: Session, items: Sequence[EncoderInputs]) -> float:
     """Wall time of one run of ``session`` over ``items`` (the last hidden state only, as a
     pipeline whose listeners read the last layer asks for)."""
     last = session.output_names[-1:]
@@ -56,7 +56,7 @@ class Race:
         )
 
 
-def race(candidate: Any, baseline: Any, items: Sequence[EncoderInputs], name: str) -> Race:
+def race(candidate: Session, baseline: Session, items: Sequence[EncoderInputs], name: str) -> Race:
     """Time ``candidate`` and ``baseline`` (sessions) on the first calibration ``items``,
     each warmed up once, then alternating for :data:`ROUNDS` rounds."""
     timed = list(items[:TIMED_ITEMS])
