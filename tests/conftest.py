@@ -32,10 +32,11 @@ def private_default_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(autouse=True)
 def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None]:
-    """OpenVINO's int8 plans are raced against the float model (:mod:`.openvino_speed`);
-    which wins depends on the CPU, and on the tiny samples int8 seldom does. Tests of the
-    accuracy search are about accuracy: there every candidate runs in half the baseline's
-    time. Tests marked ``real_speed`` race for real, or inject the timing they test."""
+    """OpenVINO's int8 plans are raced against the float model
+    (:mod:`spacy_accelerate.backends.openvino.speed`); which wins depends on the CPU, and on
+    the tiny samples int8 seldom does. Tests of the accuracy search are about accuracy:
+    there every candidate runs in half the baseline's time. Tests marked ``real_speed`` race
+    for real, or inject the timing they test."""
     if request.node.get_closest_marker("real_speed") is not None:
         yield
         return

@@ -7,7 +7,9 @@ inside an entry (whose files are checksummed and immutable) but under
 folder per variant below the key (builder settings, say), and go when the entry is
 evicted or the cache cleared. A backend describes its folders with a
 :class:`DerivedFolders` and registers it (the provider registry does, for every
-backend), so the cache removes them without knowing any backend by name.
+backend, when it is imported; importing any part of ``spacy_accelerate`` imports it,
+through the package's ``__init__``), so the cache removes them without knowing any backend
+by name.
 """
 
 from __future__ import annotations

@@ -198,9 +198,10 @@ class OptimizeRequest(OptimizeOptions):
         given = {f.name: getattr(self, f.name) for f in fields(OptimizeOptions)}
         return OptimizeOptions(**{**given, "cache_dir": cache_dir})
 
-    def to_config(self, cache_dir: str | os.PathLike[str] | None = None) -> OptimizeConfig:
+    def to_config(self, cache_dir: str | os.PathLike[str] | None) -> OptimizeConfig:
         """The validated options for the machine the pipeline loads on, its cache folder
-        ``cache_dir`` (resolved there, see :mod:`spacy_accelerate.cache.location`)."""
+        ``cache_dir`` as the caller resolved it there from :attr:`cache_dir` and
+        :attr:`saved_cache_dir` (:func:`spacy_accelerate.cache.location.saved_cache_dir`)."""
         config = validate(self.options(cache_dir))
         if self.calibration_texts is None and self.calibration_sha256 is not None:
             config = replace(

@@ -174,7 +174,7 @@ class OnnxRuntimeBackend(Backend):
         if config.precision is Precision.INT8:
             return quantize_within_gate(
                 job,
-                recipe_for(cpu_features()),
+                int8_recipe(),
                 lambda path: EncoderSession(path, job.provider, config, job.layout),
             )
         optimize_graph(job.path, job.spec, graph_plan(config.provider, config.precision))

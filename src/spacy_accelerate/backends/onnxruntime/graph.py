@@ -61,7 +61,9 @@ def graph_plan(provider: Provider, precision: Precision) -> GraphPlan:
         return GraphPlan(fuse=False)
     if provider is Provider.CUDA:
         return GraphPlan(fuse=True, for_gpu=True, float16=precision is Precision.FP16)
-    return GraphPlan(fuse=True)
+    if provider is Provider.CPU:
+        return GraphPlan(fuse=True)
+    raise ValueError(f"{provider.value!r} is not served by ONNX Runtime")
 
 
 def optimize_graph(path: Path, spec: EncoderSpec, plan: GraphPlan) -> None:

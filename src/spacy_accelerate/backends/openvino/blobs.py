@@ -34,8 +34,9 @@ Record = dict[str, dict[str, object]]
 @contextmanager
 def checked_blobs(folder: Path) -> Iterator[None]:
     """Around OpenVINO's compile with ``CACHE_DIR=folder``: unverified blobs removed
-    before, every blob recorded after (not when the compile fails). :class:`.CacheError`
-    when the blobs cannot be checked, so that none is read unchecked."""
+    before, every blob recorded after (not when the compile fails). A
+    :class:`~spacy_accelerate.errors.CacheError` when the blobs cannot be checked, so that
+    none is read unchecked."""
     try:
         verified = _drop_unverified(folder)
     except OSError as error:

@@ -201,7 +201,7 @@ Plan = FloatLayers | DynamicInt8
 
 
 def dynamic_group_size(model: Any) -> int:
-    """The largest group, up to :data:`.openvino_runtime.DYNAMIC_INT8_GROUP_SIZE` and
+    """The largest group, up to :data:`.session.DYNAMIC_INT8_GROUP_SIZE` and
     halving, no wider than the narrowest input of a MatMul with a weight in ``model``.
 
     Why: OpenVINO quantizes at run time only the MatMuls whose input is at least one

@@ -51,7 +51,7 @@ PRECISION_HINTS: dict[Precision, str] = {Precision.FP32: "f32", Precision.BF16: 
 
 
 #: The group size of dynamic int8's run-time quantization of the activations
-#: (:class:`.openvino_quantize.DynamicInt8`).
+#: (:class:`.quantize.DynamicInt8`).
 DYNAMIC_INT8_GROUP_SIZE = 128
 
 
@@ -115,7 +115,7 @@ def import_openvino() -> ModuleType:
 
 def cpu_capabilities() -> frozenset[str]:
     """What OpenVINO's CPU plugin can do here (``FP32``, ``BF16``, ``INT8``, ...), as
-    :func:`.cpu_features.cpu_features` reads it (or a test simulates it)."""
+    :func:`~spacy_accelerate.cpu_features.cpu_features` reads it (or a test simulates it)."""
     return cpu_features().openvino
 
 
@@ -160,7 +160,7 @@ def compile_settings(model: Any, precision: Precision) -> dict[str, Any]:
     was judged, read from what its int8 plan recorded: the hint (:func:`precision_hint`
     where nothing is recorded) and, for a dynamic int8 plan, the group size of its
     activations' run-time quantization (OpenVINO's own default, 32, ran at 0.8x the
-    speed on trf-base, see :class:`.openvino_quantize.DynamicInt8`). Kept in the IR,
+    speed on trf-base, see :class:`.quantize.DynamicInt8`). Kept in the IR,
     so a warm start compiles the model exactly as it was judged."""
     recorded = precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO)
     hint = model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str) if recorded else None
