@@ -30,7 +30,7 @@ from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
-from spacy_accelerate.backends.onnxruntime.quantize import Int8Recipe, KeepFloat, quantize_int8
+from spacy_accelerate.backends.onnxruntime.quantize import Int8Recipe, prepare, quantize_int8
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.bench.side_by_side import alternate, write_report
@@ -114,8 +114,10 @@ def main() -> None:
             if fused:
                 optimize_graph(path, spec, GraphPlan(fuse=True))
             if recipe is not None:
+                prepared = path.with_name(f"prepared-{path.name}")
                 quantized = path.with_name(f"int8-{path.name}")
-                quantize_int8(path, quantized, spec, recipe, KeepFloat.NOTHING)
+                prepare(path, prepared)
+                quantize_int8(prepared, quantized, recipe, [])
                 path = quantized
             sessions[name] = EncoderSession(path, provider, options, layout)
 

@@ -18,13 +18,11 @@ from spacy_accelerate.backends import registry as providers
 from spacy_accelerate.backends.onnxruntime import backend as ort_backend
 from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
-from spacy_accelerate.backends.openvino.quantize import (
-    FloatLayers,
-    nodes_by_layer,
-    plan_ladder,
-)
+from spacy_accelerate.backends.openvino.quantize import FloatLayers, plan_ladder
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.export.layers import nodes_by_layer
 from spacy_accelerate.export.onnx import export_onnx
+from spacy_accelerate.options.agreement import Annotation
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate, recorded_report_meets
 from spacy_accelerate.options.request import build_config
@@ -210,11 +208,16 @@ def test_a_plan_is_the_all_int8_model_with_its_layers_back_in_float(
 
 
 def test_min_agreement_is_validated():
-    assert build_config("openvino", "int8").agreement_bound == 0.995
-    assert build_config("openvino", "int8", min_agreement=0.98).agreement_bound == 0.98
-    for bad in (0, 1.5, "0.9", True):
+    assert build_config("openvino", "int8").min_agreement.bound(Annotation.TAG) == 0.995
+    uniform = build_config("openvino", "int8", min_agreement=0.98).min_agreement
+    assert {uniform.bound(a) for a in Annotation} == {0.98}
+    for bad in (0, 1.5, "0.9", True, {}, [0.9]):
         with pytest.raises(InvalidOptionError, match="min_agreement must be"):
             build_config("openvino", "int8", min_agreement=bad)
+    with pytest.raises(InvalidOptionError, match=r"min_agreement\['dep'\] must be"):
+        build_config("cpu", "int8", min_agreement={"dep": 2})
+    with pytest.raises(InvalidOptionError, match="no annotation 'tags'; name one of 'tag'"):
+        build_config("cpu", "int8", min_agreement={"tags": 0.9})
 
 
 @pytest.mark.parametrize(

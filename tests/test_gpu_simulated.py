@@ -76,6 +76,11 @@ def test_the_cuda_fp16_path_annotates_like_pytorch(
     assert runner.plan.batch_sizes == BUCKETS and runner.plan.window == spans.window
     parity = proxy.exported.parity
     assert parity.gate.min_cosine == 0.999 and parity.worst_cosine >= 0.999
+    # fp16 is a lossy plan: the pipeline's annotations of the calibration texts judged it.
+    judged = proxy.exported.agreement
+    assert judged is not None and judged == parity.agreement
+    assert {a.value for a, _ in judged.rates} >= {"tag", "dep", "ent"}
+    assert all(rate.lower >= 0.99 for _, rate in judged.rates), judged.describe()
     model = onnx.load(str(proxy.exported.path / MODEL_FILE))
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer)
     warm = len(runner.plan.warm_shapes())

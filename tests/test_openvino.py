@@ -89,9 +89,12 @@ def test_bf16_keeps_token_cosine(
             spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
         return
     expected = run(nlp, texts, batch_size=8)
-    spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir)
+    # The sample's random heads flip tags at the smallest change: its bounds are lowered
+    # (bf16 is still held to PyTorch's own bf16 autocast, within 0.05 point).
+    spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
     assert proxy.exported.parity.gate.min_cosine == 0.999
+    assert proxy.exported.agreement is not None  # judged in the pipeline, like every lossy plan
     actual = run(nlp, texts, batch_size=8)
     pairs = zip(expected, actual, strict=True)
     cosines = np.concatenate([token_cosines(e, a) for e, a in pairs])
@@ -450,7 +453,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
         hint = session.settings["INFERENCE_PRECISION_HINT"]  # as requested for the plan
         hints.append(hint)
         if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
-            return f"refused by the test ({hint})"
+            return f"refused by the test ({hint})", report
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", bf16_fails)
@@ -488,7 +491,7 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     def static_fails(report, gate, session, judge):
         judged.append(_plan_settings(session))
         if len(judged) == 1:
-            return "refused by the test"
+            return "refused by the test", report
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)
@@ -669,22 +672,19 @@ def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeli
     # entry must not be a hit for the pipeline with the tagger enabled (its tags were
     # 99.51% when served that way, below a 99.55% bound). A disabled component is never
     # run: it may be disabled because it cannot run.
-    seen: list[str] = []
-    judged = {"tags": lambda token: seen.append(token.tag_) or token.tag_}
-    monkeypatch.setattr(calibration, "_ANNOTATIONS", judged)
     nlp = spacy.load(sample_path("roberta"))
     nlp.disable_pipe("tagger")
     options = {"cache_dir": cache_dir, "min_agreement": 0.5, "min_cosine": 0.9}
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
     without = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
-    assert seen and not any(seen)  # no tags on either side: the tagger did not run
+    judged = {annotation.value for annotation, _ in without.agreement.rates}
+    assert "tag" not in judged and "ent" in judged  # no tags on either side
     assert nlp.disabled == ["tagger"]
-    seen.clear()
     nlp.enable_pipe("tagger")
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
     whole = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
     assert whole.key != without.key and not whole.cache_hit
-    assert seen and all(seen)  # now judged on the tagger's tags
+    assert "tag" in {annotation.value for annotation, _ in whole.agreement.rates}
 
 
 def _timed(candidate_seconds: list[float]) -> Callable[..., openvino_speed.Race]:

@@ -6,21 +6,27 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from spacy.language import Language
 from spacy.util import registry
 
 from spacy_accelerate.architectures import detect_architecture
-from spacy_accelerate.backends.registry import check_provider, fallback_chain, serve_first
-from spacy_accelerate.build.get_or_export import get_or_export
+from spacy_accelerate.backends.registry import (
+    check_provider,
+    fallback_chain,
+    precision_candidates,
+    serve_first,
+)
+from spacy_accelerate.build.get_or_export import ExportedModel, get_or_export
 from spacy_accelerate.cache.location import saved_cache_dir
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import CacheMissError
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig, Precision, Provider
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
+from spacy_accelerate.pipeline.auto_precision import Candidate, choose
 from spacy_accelerate.pipeline.calibration import agreement_judge, calibration_for, record_probe
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
@@ -79,7 +85,7 @@ def optimize(
     fallback: bool = False,
     gpu: GpuOptions | Mapping[str, Any] | None = None,
     calibration_texts: Sequence[str] | None = None,
-    min_agreement: float | None = None,
+    min_agreement: float | Mapping[str, float] | None = None,
     lock_timeout: float | None = None,
     missing_cache: str | MissingCache = "rebuild",
 ) -> Language:
@@ -92,15 +98,24 @@ def optimize(
     inference-only until :func:`restore`, and ``nlp.to_disk`` saves it so that
     ``spacy.load`` accelerates it again (see :mod:`spacy_accelerate.pipeline.persist`).
 
-    ``tolerance`` (fp32: largest absolute difference to PyTorch, default 1e-4
-    on a CPU, 1e-3 on a GPU) and ``min_cosine`` (fp16 0.999, int8 0.99) are
-    the accuracy gate. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
+    ``precision`` is ``fp32``, ``bf16``, ``fp16``, ``int8``, or ``auto``: the fastest
+    plan on this machine that passes the accuracy gate, timed on the calibration texts
+    (the choice is cached per CPU, so a warm start does not search again).
+
+    ``tolerance`` (fp32: largest absolute difference to PyTorch, default 1e-4 on a CPU,
+    1e-3 on a GPU) is fp32's gate. Every lossy plan (int8, bf16, fp16) is judged on
+    ``calibration_texts`` (default: a built-in English sample of mixed genres; only
+    their sha256 and count are saved with the pipeline): a cheap token cosine filter
+    first (``min_cosine``: fp16/bf16 0.999, int8 0.99, OpenVINO int8 0.995 on average),
+    then the whole pipeline annotates the texts and every annotation it sets must stay
+    as PyTorch fp32's on at least ``min_agreement`` of the units, the lower end of a
+    95% confidence interval counting: one number, or a mapping such as
+    ``{"dep": 0.98}`` (defaults: 99.5%, dependencies and span/text categories 99.0%).
+    bf16 must also be within 0.05 point of PyTorch's own bf16 autocast. A plan that
+    fails raises :class:`~spacy_accelerate.errors.AgreementError` naming the
+    annotation, its rate and its bound. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
     TensorRT's builder: :class:`~spacy_accelerate.GpuOptions`) shape the GPU
-    providers. OpenVINO's int8 is calibrated on ``calibration_texts`` (default: a
-    built-in English sample) and served only if, on them, the mean token cosine is
-    at least ``min_cosine`` (0.995) and the pipeline's tags and entities stay as
-    PyTorch's on at least ``min_agreement`` (0.995) of the tokens; only their sha256 and
-    count are saved with the pipeline. ``fallback=True`` walks TensorRT -> CUDA -> CPU
+    providers. ``fallback=True`` walks TensorRT -> CUDA -> CPU
     when a provider cannot run here, with a warning, instead of raising.
     ``lock_timeout`` (seconds, default an hour) bounds the wait for another process
     building the same model. ``missing_cache`` says what the pipeline does when it is
@@ -158,7 +173,7 @@ def apply_config(
                 )
                 calibration = calibration_for(nlp, location, detected.spec, attempt)
                 judge = (
-                    agreement_judge(calibration, module, attempt.agreement_bound)
+                    agreement_judge(calibration, module, attempt)
                     if calibration is not None
                     else None
                 )
@@ -176,6 +191,7 @@ def apply_config(
                     build_allowed=build_allowed,
                     exclusive=functools.partial(exclusive, location),
                 )
+                _log_plan(location.component, attempt, exported)
                 proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
                 patch(location, proxy)  # 8. patch
                 if attempt.warmup:
@@ -185,10 +201,33 @@ def apply_config(
                 revert(location, module)
             raise
 
-    # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
-    serve_first(fallback_chain(config), accelerate)
+    if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, the fastest kept
+        lossy = replace(config, precision=Precision.INT8)  # whose calibration times them
+        source = calibration_for(nlp, shims[0], encoders[0].spec, lossy)
+        if source is None:
+            raise AssertionError("a lossy request always has a calibration")
+        candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
+        choose(nlp, config, candidates, shims, source, cache, accelerate)
+    else:
+        # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
+        serve_first(fallback_chain(config), accelerate)
     _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
     return nlp
+
+
+def _log_plan(component: str, config: OptimizeConfig, exported: ExportedModel) -> None:
+    """Say which plan serves ``component`` and, for a lossy one, how faithful it is."""
+    if exported.agreement is None:
+        return
+    logger.info(
+        "spacy-accelerate: %s runs %s %s%s; agreement with PyTorch fp32 on the calibration "
+        "texts: %s",
+        component,
+        config.provider.value,
+        config.precision.value,
+        f" ({exported.plan})" if exported.plan else "",
+        exported.agreement.describe(),
+    )
 
 
 def _remember(nlp: Language, request: OptimizeRequest) -> None:
@@ -246,7 +285,7 @@ def make_optimize_callback(
     device_id: int | None = None,
     fallback: bool = False,
     gpu: dict[str, Any] | None = None,
-    min_agreement: float | None = None,
+    min_agreement: float | dict[str, float] | None = None,
     lock_timeout: float | None = None,
     missing_cache: str = MissingCache.REBUILD.value,
     cache_dir: str | None = None,
@@ -262,6 +301,8 @@ def make_optimize_callback(
     recorded = {f.name: given[f.name] for f in fields(OptimizeRequest)}
     # The config hands over its own mapping and sequence types: plain ones are kept.
     recorded["gpu"] = dict(gpu) if gpu is not None else None
+    if isinstance(min_agreement, Mapping):
+        recorded["min_agreement"] = dict(min_agreement)
     texts = calibration_texts
     recorded["calibration_texts"] = list(texts) if texts is not None else None
     request = OptimizeRequest(**recorded)

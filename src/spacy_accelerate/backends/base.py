@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,7 +31,7 @@ from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.calibration import Calibration
+from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
@@ -54,10 +54,10 @@ class BuildJob:
     #: The rows every candidate is checked on, and PyTorch's outputs for any rows.
     batches: list[EncoderInputs]
     references: References
-    #: A calibrated build's texts' inputs (None: not calibrated), and the judge of a
-    #: candidate inside the pipeline (raises an AgreementError).
+    #: A lossy build's calibration texts' inputs (None: fp32), and the judge of a
+    #: candidate inside the pipeline (its agreement, or an AgreementError).
     calibration: Calibration | None = None
-    judge: Callable[[Session], None] | None = None
+    judge: Judge | None = None
 
     @property
     def spec(self) -> EncoderSpec:
@@ -73,6 +73,15 @@ class BuildJob:
             batches=self.batches,
             references=self.references(self.batches),
         )
+
+    def judged(self, session: Session) -> ParityReport:
+        """``session`` held to the gate (the token cosine first: it is cheap), then, for
+        a lossy plan, to the pipeline's agreement on the calibration texts (an
+        AccuracyError if either fails)."""
+        report = self.check(session)
+        if self.judge is None:
+            return report
+        return replace(report, agreement=self.judge(session))
 
 
 class Backend(ABC):

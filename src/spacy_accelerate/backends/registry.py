@@ -41,6 +41,7 @@ from spacy_accelerate.options.config import (
     Provider,
     check_gpu_options,
     check_supported,
+    precisions_of,
 )
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider, torch_cuda_problem
@@ -140,6 +141,24 @@ def auto_candidates(config: OptimizeConfig) -> list[Provider]:
         if provider in installed
         and (provider, config.precision) in SUPPORTED_COMBINATIONS
         and check_gpu_options(provider, config.gpu) is None
+    ]
+
+
+def precision_candidates(config: OptimizeConfig) -> list[tuple[Provider, Precision]]:
+    """``precision="auto"``'s candidates: every precision the provider serves, or for
+    ``provider="auto"`` every usable provider's (GPU ones first), in :data:`SERVED`'s
+    order. Whether the CPU can run one (bf16 units, a GPU) is found when it is tried."""
+    if config.provider is not Provider.AUTO:
+        providers: list[Provider] = [config.provider]
+    else:
+        usable = available_providers()
+        providers = [
+            provider
+            for provider in AUTO_ORDER
+            if provider in usable and check_gpu_options(provider, config.gpu) is None
+        ] or [LAST_RESORT]
+    return [
+        (provider, precision) for provider in providers for precision in precisions_of(provider)
     ]
 
 

@@ -12,19 +12,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import singledispatch
 from typing import Any
 
 import torch
-from curated_transformers.models.output import PyTorchTransformerOutput
 from spacy.language import Language
-from transformers.utils import ModelOutput
 
 from spacy_accelerate.api import optimize, restore
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.options.config import SERVED, Precision, Provider
 from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
 
@@ -47,42 +45,6 @@ class PyTorch(Variant):
     def apply(self, nlp: Language) -> None:
         restore(nlp)
         remove_autocast(nlp)
-
-
-@singledispatch
-def _as_float32(output: Any) -> Any:
-    return output.float() if isinstance(output, torch.Tensor) else output
-
-
-@_as_float32.register
-def _(output: PyTorchTransformerOutput) -> PyTorchTransformerOutput:
-    first, *layers = output.all_outputs
-    return PyTorchTransformerOutput(
-        embedding_output=first.float(), layer_hidden_states=[layer.float() for layer in layers]
-    )
-
-
-@_as_float32.register
-def _(output: ModelOutput) -> ModelOutput:
-    fields = {
-        key: tuple(v.float() for v in value) if isinstance(value, tuple) else value.float()
-        for key, value in output.items()
-    }
-    return type(output)(**fields)
-
-
-class AutocastModule(torch.nn.Module):
-    """Runs the wrapped transformer under ``torch.autocast``; hands spaCy float32, as usual."""
-
-    def __init__(self, inner: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.inner = inner
-        self.device_type = device_type
-        self.dtype = dtype
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(self.device_type, dtype=self.dtype):
-            return _as_float32(self.inner(*args, **kwargs))
 
 
 @dataclass(frozen=True)
@@ -151,4 +113,6 @@ def available_variants() -> tuple[dict[str, Variant], dict[str, str]]:
             variants[name] = Accelerated({"provider": provider.value, "precision": precision.value})
         else:
             skipped[name] = reason
+    # The fastest plan that passes the gate, among every provider and precision above.
+    variants["accelerate auto"] = Accelerated({"provider": "auto", "precision": "auto"})
     return variants, skipped

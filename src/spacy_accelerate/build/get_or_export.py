@@ -50,7 +50,8 @@ from spacy_accelerate.options.gate import Gate, recorded_report_meets
 from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.calibration import CalibrationInputs
+from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN, AgreementReport
+from spacy_accelerate.verify.calibration import CalibrationInputs, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
@@ -64,6 +65,12 @@ logger = logging.getLogger("spacy_accelerate")
 
 #: The parity report stored beside the model (checksummed like every file).
 PARITY_FILE = "parity.json"
+
+#: How a lossy plan's agreement is judged (in the key: a changed rule judges anew).
+AGREEMENT_RULE = (
+    "every annotation, 95% Wilson lower bound >= min_agreement; "
+    f"bf16 within {AUTOCAST_MARGIN} of PyTorch's bf16 autocast"
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class ExportedModel:
     verification: Verification | None = None
     #: OpenVINO's int8: what the served plan's MatMuls run as on the CPU that built it.
     compiled_as: str | None = None
+    #: A lossy plan: the pipeline's agreement with PyTorch fp32 per annotation on the
+    #: calibration texts, as measured when the entry was built.
+    agreement: AgreementReport | None = None
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -100,18 +110,6 @@ def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
     """Whether the parity the entry was stored with proves ``gate``; False if not on record."""
     report = _recorded(entry)
     return bool(report) and recorded_report_meets(report, gate)
-
-
-#: Judges a candidate session by what it does inside the pipeline (raises AccuracyError).
-Judge = Callable[[Session, "ExportedModel"], None]
-
-
-def _provisional(judge: Judge | None, key: str, path: Path) -> Callable[[Session], None] | None:
-    """``judge`` for a session whose entry is not (yet) final."""
-    if judge is None:
-        return None
-    provisional = ExportedModel(key=key, path=path, cache_hit=False, seconds=0.0, parity=None)
-    return lambda session: judge(session, provisional)
 
 
 def _export_options(
@@ -133,7 +131,8 @@ def _export_options(
         options["judged_by_sha256"] = calibration.judged_by
         options["accuracy_control"] = {
             "min_mean_cosine": config.gate().min_mean_cosine,
-            "min_agreement": config.agreement_bound,
+            "min_agreement": config.min_agreement.resolved(),
+            "rule": AGREEMENT_RULE,
         }
     return options
 
@@ -276,7 +275,7 @@ class _Fetch:
             batches=self.batches,
             references=self.references.of,
             calibration=calibration.full if calibration is not None else None,
-            judge=_provisional(self.judge, self.key, folder),
+            judge=self.judge,
         )
         try:
             session, report = backend_for(config.provider).build(job)
@@ -298,13 +297,15 @@ class _Fetch:
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         self.built.append((session, report))
-        if not report.plan:
-            return {}
-        return {
-            "plan": report.plan,
-            "refused": list(report.refused),
-            "compiled_as": report.compiled_as,
-        }
+        built: dict[str, Any] = {}
+        if report.plan:
+            built.update(plan=report.plan, refused=list(report.refused))
+            built["compiled_as"] = report.compiled_as
+        if report.agreement is not None:
+            built["agreement"] = report.agreement.as_dict()
+        if calibration is not None:
+            built["calibration_sha256"] = calibration.digest
+        return built
 
     def serve(self, result: CacheResult) -> tuple[Session, ParityReport | None]:
         """The session over ``result``'s entry; a hit opened and re-checked as asked."""
@@ -390,7 +391,15 @@ class _Fetch:
             refused=refused,
             verification=self.verification,
             compiled_as=built_with.get("compiled_as"),
+            agreement=_recorded_agreement(built_with),
         )
+
+
+def _recorded_agreement(built: dict[str, Any]) -> AgreementReport | None:
+    try:
+        return AgreementReport.from_dict(built["agreement"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def reopen(

@@ -1,4 +1,4 @@
-"""A calibrated build's refusal, kept in its cache entry instead of a model."""
+"""A lossy build's refusal, kept in its cache entry instead of a model."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from spacy_accelerate.cache.store import OWNER_MARK, CacheEntry
 from spacy_accelerate.errors import (
     AccuracyError,
+    AgreementError,
     CacheError,
     NoFasterPlanError,
     SpacyAccelerateError,
@@ -24,15 +25,19 @@ _REFUSALS: dict[str, type[SpacyAccelerateError]] = {
 
 
 def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
-    """Keep the decision instead of a model: OpenVINO's int8 search costs minutes, and its
-    verdict holds for the same weights, calibration, bounds and CPU (all in the key), so a
-    warm start reads it from the entry instead of searching again."""
+    """Keep the decision instead of a model: a lossy plan is judged by running the
+    pipeline over the calibration texts (an int8 search, several times), and its verdict
+    holds for the same weights, calibration, bounds and CPU (all in the key), so a warm
+    start reads it from the entry instead of judging again."""
     kind = "speed" if isinstance(refusal, NoFasterPlanError) else "accuracy"
+    recorded: dict[str, Any] = {"kind": kind, "message": str(refusal)}
+    if isinstance(refusal, AgreementError):  # which annotation, its rate and its bound
+        recorded.update(kind="agreement", finding=refusal.finding)
     for path in folder.iterdir():
         if path.name != OWNER_MARK:
             path.unlink()
-    (folder / REFUSAL_FILE).write_text(json.dumps({"kind": kind, "message": str(refusal)}))
-    return {"refusal": kind}
+    (folder / REFUSAL_FILE).write_text(json.dumps(recorded))
+    return {"refusal": recorded["kind"]}
 
 
 def raise_recorded_refusal(entry: CacheEntry) -> None:
@@ -41,14 +46,18 @@ def raise_recorded_refusal(entry: CacheEntry) -> None:
         return
     try:
         recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
-        error = _REFUSALS[recorded["kind"]]
-        message = str(recorded["message"])
+        kind, message = recorded["kind"], str(recorded["message"])
+        finding = str(recorded["finding"]) if kind == "agreement" else None
+        error = None if finding is not None else _REFUSALS[kind]
     except (OSError, ValueError, KeyError, TypeError):
         raise CacheError(
             f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
             "entry (spacy-accelerate cache clear) so that the model is tried again."
         ) from None
-    raise error(
+    decided = (
         f"{message} (Decided when this model was first tried here, {entry.created}; clear "
         "the cache to try again.)"
     )
+    if finding is not None:
+        raise AgreementError(decided, finding=finding)
+    raise (error or AccuracyError)(decided)

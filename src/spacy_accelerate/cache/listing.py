@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.cache.store import CacheEntry, ModelCache
 
 
 @dataclass(frozen=True)
@@ -21,29 +20,49 @@ class CachedModel:
     family: str | None
     provider: str | None
     precision: str | None
+    #: A lossy plan: the plan served (int8's float layers, say), and the pipeline's
+    #: agreement with PyTorch fp32 per annotation on the calibration texts.
+    plan: str | None = None
+    agreement: dict[str, float] | None = None
+    #: What the entry holds besides a model: ``precision="auto"``'s stored choice, or a
+    #: lossy plan's refusal (its reason).
+    note: str | None = None
 
 
-def _describe(key: str, path: Path, size: int, created: str, inputs: Any) -> CachedModel:
+def _describe(entry: CacheEntry) -> CachedModel:
+    inputs = entry.manifest.get("key_inputs")
     inputs = inputs if isinstance(inputs, dict) else {}
+    built = entry.manifest.get("built")
+    built = built if isinstance(built, dict) else {}
     encoder = inputs.get("encoder") or {}
     export = inputs.get("export") or {}
+    agreement = built.get("agreement")
+    rates = None
+    if isinstance(agreement, dict):
+        rates = {str(name): float(entry["rate"]) for name, entry in agreement.items()}
+    note = None
+    if isinstance(built.get("auto_precision"), dict):
+        chosen = built["auto_precision"].get("chosen") or {}
+        note = f"precision='auto' choice: {chosen.get('provider')} {chosen.get('precision')}"
+    elif isinstance(built.get("refusal"), str):
+        note = f"a refusal ({built['refusal']}): no plan passed the gate here"
     return CachedModel(
-        key=key,
-        path=path,
-        size_bytes=size,
-        created=created,
+        key=entry.key,
+        path=entry.path,
+        size_bytes=entry.size_bytes,
+        created=entry.created,
         family=encoder.get("family"),
         provider=export.get("provider"),
         precision=export.get("precision"),
+        plan=built.get("plan") if isinstance(built.get("plan"), str) else None,
+        agreement=rates,
+        note=note,
     )
 
 
 def list_cached(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedModel]:
     """The valid cache entries (corrupt ones are not listed; they are rebuilt on use)."""
-    return [
-        _describe(e.key, e.path, e.size_bytes, e.created, e.manifest.get("key_inputs"))
-        for e in ModelCache(cache_dir).entries()
-    ]
+    return [_describe(entry) for entry in ModelCache(cache_dir).entries()]
 
 
 def clear_cache(cache_dir: str | os.PathLike[str] | None = None) -> int:

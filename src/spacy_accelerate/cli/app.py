@@ -210,7 +210,10 @@ def optimize(
 @app.command()
 def bench(
     pipeline_path: Annotated[Path, typer.Argument(help="A pipeline folder (nlp.to_disk).")],
-    texts_file: Annotated[Path, typer.Argument(help="UTF-8 text, one document per line.")],
+    texts_file: Annotated[
+        Path | None,
+        typer.Argument(help="UTF-8 text, one document per line (or give --gold instead)."),
+    ] = None,
     provider: Provider = "cpu",
     precision: Annotated[
         list[str], typer.Option(help="Precision(s) to compare with PyTorch; repeat the option.")
@@ -218,25 +221,69 @@ def bench(
     batch_size: int = 64,
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     output: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
+    gold: Annotated[
+        Path | None,
+        typer.Option(
+            help="Gold annotations (.conllu or .spacy): bench their texts and score every "
+            "variant against them. Replaces TEXTS_FILE."
+        ),
+    ] = None,
 ) -> None:
-    """Your pipeline on your texts: PyTorch vs accelerated, side by side, with agreement."""
+    """Your pipeline on your texts: PyTorch vs accelerated, side by side, with agreement
+    (and accuracy against gold with --gold)."""
+    from spacy_accelerate.bench.gold import gold_texts, read_gold, score
     from spacy_accelerate.bench.side_by_side import side_by_side, write_report
 
     with one_line_errors():
-        texts = _read_lines(texts_file)
+        if texts_file is not None and gold is not None:
+            raise CommandError(
+                "Give TEXTS_FILE or --gold, not both: with --gold, the gold documents' texts "
+                "are benchmarked."
+            )
+        if texts_file is None and gold is None:
+            raise CommandError(
+                "Give TEXTS_FILE (UTF-8, one text a line) or --gold FILE (.conllu or .spacy)."
+            )
+        texts = _read_lines(texts_file) if texts_file is not None else []
         nlp = _load_pipeline(pipeline_path)
+        gold_docs = read_gold(gold, nlp.vocab) if gold is not None else []
+        if gold_docs:
+            texts = gold_texts(gold_docs)
         variants = {p: {"provider": provider, "precision": p} for p in precision}
         result = side_by_side(nlp, texts, variants, batch_size=batch_size, repeats=repeats)
+        scores: dict[str, dict[str, float | None]] = {}
+        if gold_docs:
+            scores["pytorch"] = score(result.reference, gold_docs)
+            for name, variant in result.variants.items():
+                scores[name] = score(variant.docs, gold_docs)
+
+    def against_gold(name: str) -> str:
+        if name not in scores:
+            return ""
+        found = ", ".join(
+            f"{key} {'n/a' if value is None else f'{value:.2%}'}"
+            for key, value in scores[name].items()
+        )
+        return f"  gold: {found or 'no annotation to score'}"
+
     typer.echo(f"{len(texts)} texts, {result.words:,} words, batch {batch_size}, {repeats} passes")
-    typer.echo(f"  {'PyTorch fp32':22s} {result.pytorch_wps:9,.0f} words/s")
+    typer.echo(
+        f"  {'PyTorch fp32':22s} {result.pytorch_wps:9,.0f} words/s{against_gold('pytorch')}"
+    )
     for name, variant in result.variants.items():
         rates = ", ".join(f"{k} {variant.agreement.rate(k):.2%}" for k in variant.agreement.same)
         typer.echo(
             f"  {provider + ' ' + name:22s} {result.wps(name):9,.0f} words/s "
-            f"{result.speedup(name):.2f}x  agreement: {rates}"
+            f"{result.speedup(name):.2f}x  agreement: {rates}{against_gold(name)}"
         )
     if output is not None:
-        write_report(result.as_dict(), output)
+        report = result.as_dict()
+        if scores:
+            report["gold"] = {"file": str(gold), "documents": len(gold_docs)}
+            report["pytorch"]["gold"] = scores["pytorch"]
+            for name in result.variants:
+                report["variants"][name]["gold"] = scores[name]
+        write_report(report, output)
 
 
 @cache_app.command("list")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.options.agreement import DEFAULT_AGREEMENT, AgreementBounds
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.gpu import GpuOptions
 
@@ -31,12 +32,19 @@ class Provider(str, Enum):
 
 
 class Precision(str, Enum):
-    """The numeric precision of the exported model."""
+    """The numeric precision of the exported model; ``auto``: the fastest plan here that
+    passes the accuracy gate (see :mod:`spacy_accelerate.pipeline.auto_precision`)."""
 
     FP32 = "fp32"
     FP16 = "fp16"
     BF16 = "bf16"
     INT8 = "int8"
+    AUTO = "auto"
+
+
+#: The precisions that lose accuracy: each of their plans is judged by the pipeline's
+#: agreement with PyTorch fp32 on calibration texts (``min_agreement``).
+LOSSY: frozenset[Precision] = frozenset({Precision.FP16, Precision.BF16, Precision.INT8})
 
 
 class MissingCache(str, Enum):
@@ -94,10 +102,6 @@ DEFAULT_OPENVINO_INT8_MIN_COSINE = 0.995
 
 #: ... and the floor under every single piece of them, catching a broken model.
 CALIBRATED_COSINE_FLOOR = 0.95
-
-#: The pipeline's own tags and entities must agree this often with PyTorch's on the
-#: calibration documents for OpenVINO's int8 to be served.
-DEFAULT_MIN_AGREEMENT = 0.995
 
 #: The gate of fp16 and bf16, tighter than int8's: half precision loses far less.
 DEFAULT_FP16_MIN_COSINE = 0.999
@@ -160,12 +164,12 @@ class OptimizeConfig:
     opset: int = DEFAULT_OPSET
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
-    #: OpenVINO int8's calibration texts (None: the built-in sample, or only their
+    #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).
     calibration_texts: tuple[str, ...] | None = None
-    #: OpenVINO int8: the least share of calibration tokens whose tags and entities
-    #: must stay as PyTorch's (None: ``DEFAULT_MIN_AGREEMENT``).
-    min_agreement: float | None = None
+    #: A lossy plan: the least share of calibration units of each annotation that must
+    #: stay as PyTorch fp32's (see :mod:`~spacy_accelerate.options.agreement`).
+    min_agreement: AgreementBounds = DEFAULT_AGREEMENT
     #: The SHA256 (:func:`texts_digest`) and number of the calibration texts given, the
     #: only things saved of them.
     calibration_sha256: str | None = None
@@ -176,13 +180,11 @@ class OptimizeConfig:
     missing_cache: MissingCache = MissingCache.REBUILD
 
     @property
-    def agreement_bound(self) -> float:
-        return DEFAULT_MIN_AGREEMENT if self.min_agreement is None else self.min_agreement
-
-    @property
     def calibrated(self) -> bool:
-        """Whether the model is quantized with statistics of real text (OpenVINO int8)."""
-        return self.provider is Provider.OPENVINO and self.precision is Precision.INT8
+        """Whether the plan is lossy, hence judged on calibration texts by the pipeline's
+        agreement with PyTorch fp32 (and, for OpenVINO's int8, quantized with their
+        statistics)."""
+        return self.precision in LOSSY
 
     @property
     def on_gpu(self) -> bool:
@@ -201,11 +203,12 @@ class OptimizeConfig:
     def gate(self) -> Gate:
         """fp32 must match PyTorch within the tolerance; fp16, bf16 and int8 must keep every
         token's direction (cosine); calibrated int8 is held to the mean over the pieces spaCy
-        reads, with a floor under every piece (see :class:`~.gate.Gate`)."""
+        reads, with a floor under every piece (see :class:`~.gate.Gate`). This is the cheap first
+        filter of a lossy plan; the pipeline's agreement judges it next."""
         if self.precision is Precision.FP32:
             return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
         bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
-        if self.calibrated:
+        if self.provider is Provider.OPENVINO and self.precision is Precision.INT8:
             return Gate(min_cosine=min(CALIBRATED_COSINE_FLOOR, bound), min_mean_cosine=bound)
         return Gate(min_cosine=bound)
 
@@ -244,9 +247,17 @@ def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:
     return None
 
 
+def precisions_of(provider: Provider) -> tuple[Precision, ...]:
+    """The precisions ``provider`` serves, in :data:`SERVED`'s order."""
+    return tuple(precision for served, precision in SERVED if served is provider)
+
+
 def check_supported(provider: Provider, precision: Precision) -> None:
-    """Refuse a provider/precision pair this release cannot serve yet."""
+    """Refuse a provider/precision pair this release cannot serve yet (``auto``: a
+    provider that serves some precision)."""
     if (provider, precision) in SUPPORTED_COMBINATIONS:
+        return
+    if precision is Precision.AUTO and (provider is Provider.AUTO or precisions_of(provider)):
         return
     served = ", ".join(
         f"provider={p.value!r} with precision={q.value!r}"

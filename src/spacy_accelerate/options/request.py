@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.options.agreement import parse_min_agreement
 from spacy_accelerate.options.config import (
     DEFAULT_FP16_MIN_COSINE,
     DEFAULT_GPU_TOLERANCE,
     DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_MIN_AGREEMENT,
     DEFAULT_MIN_COSINE,
     DEFAULT_OPENVINO_INT8_MIN_COSINE,
     DEFAULT_TOLERANCE,
@@ -57,7 +57,7 @@ class OptimizeOptions:
     fallback: bool = False
     gpu: GpuOptions | Mapping[str, Any] | None = None
     calibration_texts: Sequence[str] | None = None
-    min_agreement: float | None = None
+    min_agreement: float | Mapping[str, float] | None = None
     lock_timeout: float | None = None
     missing_cache: str | MissingCache = MissingCache.REBUILD.value
 
@@ -91,16 +91,7 @@ def validate(options: OptimizeOptions) -> OptimizeConfig:
             f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_OPENVINO_INT8_MIN_COSINE} for OpenVINO's "
             f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16."
         )
-    if min_agreement is not None and not (
-        isinstance(min_agreement, int | float)
-        and not isinstance(min_agreement, bool)
-        and 0 < min_agreement <= 1
-    ):
-        raise InvalidOptionError(
-            f"min_agreement must be a number in (0, 1], got {min_agreement!r}; the default is "
-            f"{DEFAULT_MIN_AGREEMENT} (the share of calibration tokens whose tags and entities "
-            "must stay as PyTorch's for OpenVINO's int8)."
-        )
+    bounds = parse_min_agreement(min_agreement)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
     if lock_timeout is not None and not (
@@ -131,7 +122,7 @@ def validate(options: OptimizeOptions) -> OptimizeConfig:
         gpu=gpu_options,
         fallback=bool(options.fallback),
         calibration_texts=texts,
-        min_agreement=float(min_agreement) if min_agreement is not None else None,
+        min_agreement=bounds,
         calibration_sha256=texts_digest(texts) if texts is not None else None,
         calibration_count=len(texts) if texts is not None else None,
         lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
@@ -181,7 +172,7 @@ class OptimizeRequest(OptimizeOptions):
             device_id=config.gpu.device_id,
             fallback=config.fallback,
             gpu=config.gpu.as_dict(),
-            min_agreement=config.min_agreement,
+            min_agreement=config.min_agreement.as_option(),
             lock_timeout=config.lock_timeout,
             missing_cache=config.missing_cache.value,
             saved_cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,

@@ -1,11 +1,14 @@
 """Calibration: the transformer's own inputs on real text, and PyTorch's annotations of it.
 
-int8 quantization needs activations that look like the ones the model will
-see. They are recorded by running the pipeline (on PyTorch) over the
-calibration texts with a recorder in the shim, so the batches are exactly
-the spans, padding and lengths spaCy produces. PyTorch's documents are kept
-too: the int8 pipeline must annotate them the same way (the agreement gate).
-Without ``calibration_texts`` a built-in sample of UD English-EWT is used.
+Every lossy plan (int8, bf16, fp16) is judged on calibration texts: the whole pipeline
+annotates them with the candidate in place of the transformer, and every annotation it
+sets must agree with PyTorch fp32's (:mod:`spacy_accelerate.verify.agreement`, bounds
+from ``min_agreement``); bf16 must also be about as faithful as PyTorch's own bf16
+autocast. int8 quantization also needs activations that look like the ones the model
+will see. They are recorded by running the pipeline (on PyTorch) over the calibration
+texts with a recorder in the shim, so the batches are exactly the spans, padding and
+lengths spaCy produces. Without ``calibration_texts`` a built-in sample of mixed genres
+is used (``data/README.md``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,13 +31,16 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.build.get_or_export import ExportedModel
 from spacy_accelerate.errors import AgreementError, InvalidOptionError
-from spacy_accelerate.options.config import OptimizeConfig, texts_digest
+from spacy_accelerate.options.agreement import AgreementBounds
+from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
+from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation
 from spacy_accelerate.runtime.session import Session
-from spacy_accelerate.verify.calibration import Calibration
+from spacy_accelerate.verify.agreement import AgreementReport, compare
+from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.verification import PROBE_TEXTS
 
 #: Rows per calibration item: small batches give the quantizer many samples.
@@ -41,14 +48,19 @@ ROWS_PER_ITEM = 8
 
 #: The fewest tokens the calibration texts may hold. The static scales and the agreement
 #: gate both come from them: on a handful of pieces a plan can pass the gate and change a
-#: fifth of the tags of real text. At the default min_agreement (99.5%), 1,000 tokens
-#: let five changed tags through; the built-in sample holds 4,913.
+#: fifth of the tags of real text. (The Wilson rule refuses more on fewer tokens: at
+#: 1,000 tokens no plan that changes a single tag clears 99.5%.)
 MIN_CALIBRATION_TOKENS = 1000
 
 
+#: The built-in calibration sample: UD English-EWT dev in five web genres and Python's
+#: documentation (``data/README.md``).
+BUILTIN_SAMPLE = "calibration_sample.txt"
+
+
 def builtin_texts() -> list[str]:
-    """The built-in calibration sample (UD English-EWT dev, see ``data/README.md``)."""
-    text = resources.files("spacy_accelerate").joinpath("data/calibration_ewt_dev.txt")
+    """The built-in calibration sample (see ``data/README.md``)."""
+    text = resources.files("spacy_accelerate").joinpath(f"data/{BUILTIN_SAMPLE}")
     return [line for line in text.read_text(encoding="utf8").splitlines() if line.strip()]
 
 
@@ -207,7 +219,7 @@ def _head_state(component: Any) -> Iterator[bytes]:
 def calibration_for(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
 ) -> CalibrationSource | None:
-    """The calibration of ``config``'s request: only OpenVINO's int8 is calibrated."""
+    """The calibration of ``config``'s request: every lossy plan has one, fp32 none."""
     if not config.calibrated:
         return None
     if config.calibration_texts is None:
@@ -219,56 +231,72 @@ def calibration_for(
     tokens = sum(len(nlp.make_doc(text)) for text in texts)
     if tokens < MIN_CALIBRATION_TOKENS:
         raise InvalidOptionError(
-            f"calibration_texts hold {tokens} tokens; int8 calibration needs at least "
-            f"{MIN_CALIBRATION_TOKENS}, or its accuracy gate proves nothing (the built-in "
-            "sample holds 4,913). Pass more texts like the ones you will annotate, or leave "
-            "calibration_texts out to use the built-in sample."
+            f"calibration_texts hold {tokens} tokens; a lossy plan's calibration needs at "
+            f"least {MIN_CALIBRATION_TOKENS}, or its accuracy gate proves nothing (the "
+            "built-in sample holds about 9,000). Pass more texts like the ones you will "
+            "annotate, or leave calibration_texts out to use the built-in sample."
         )
     return CalibrationSource(nlp, location, spec, texts)
 
 
-#: What the agreement gate compares: the tags and the entities the pipeline assigns.
-_ANNOTATIONS = {
-    "tags": lambda token: token.tag_,
-    "entities": lambda token: (token.ent_iob_, token.ent_type_),
-}
+def annotate(nlp: Language, texts: Sequence[str]) -> list[Doc]:
+    """``nlp``'s documents for ``texts``, as the gate and the autocast reference run it."""
+    return list(nlp.pipe(texts, batch_size=32))
 
 
-def check_agreement(nlp: Language, calibration: Calibration, min_agreement: float) -> None:
-    """Refuse the accelerated ``nlp`` unless it tags and finds entities in the calibration
-    texts like PyTorch did, at least ``min_agreement`` of the tokens each."""
-    docs = list(nlp.pipe(calibration.texts, batch_size=32))
-    tokens = sum(len(doc) for doc in docs)
-    for name, read in _ANNOTATIONS.items():
-        same = sum(
-            read(a) == read(b)
-            for expected, actual in zip(calibration.docs, docs, strict=True)
-            for a, b in zip(expected, actual, strict=True)
+def autocast_agreement(source: CalibrationSource) -> AgreementReport:
+    """How faithful PyTorch's own bf16 autocast of the pipeline is on the calibration
+    texts: what a bf16 plan is held to."""
+    calibration = source.full
+    autocast = AutocastModule(source.location.pytorch_module, "cpu", torch.bfloat16)
+    with torch.no_grad(), scoped(source.location, autocast):
+        docs = annotate(source.nlp, calibration.texts)
+    return compare(calibration.docs, docs)
+
+
+def check_agreement(
+    nlp: Language,
+    calibration: Calibration,
+    bounds: AgreementBounds,
+    floor: AgreementReport | None = None,
+) -> AgreementReport:
+    """The accelerated ``nlp``'s agreement with PyTorch fp32 on the calibration texts,
+    or an :class:`AgreementError` naming the first annotation whose 95% lower bound is
+    below its bound in ``bounds`` (or, with ``floor``, that falls further below it than
+    :data:`~spacy_accelerate.verify.agreement.AUTOCAST_MARGIN`)."""
+    report = compare(calibration.docs, annotate(nlp, calibration.texts))
+    finding = report.refusal(bounds, floor)
+    if finding is not None:
+        raise AgreementError(
+            f"The pipeline's {finding}, so this plan was not served and the pipeline is "
+            "unchanged. Use precision='fp32' (or 'auto', the fastest plan that passes), "
+            "calibrate on texts like yours (calibration_texts=...), or lower min_agreement "
+            "for that annotation (min_agreement={...: bound}) if this is enough for you.",
+            finding=finding,
         )
-        rate = same / tokens if tokens else 1.0
-        if rate < min_agreement:
-            finding = (
-                f"{name} agree with PyTorch's on {rate:.2%} of the {tokens} calibration tokens "
-                f"(< min_agreement {min_agreement:.2%})"
-            )
-            raise AgreementError(
-                f"The int8 pipeline's {finding}, so it was not served and the pipeline is "
-                "unchanged. Use precision='bf16' or 'fp32', calibrate on texts like yours "
-                "(calibration_texts=...), or lower min_agreement if this is enough for you.",
-                finding=finding,
-            )
+    return report
 
 
 def agreement_judge(
-    source: CalibrationSource, module: torch.nn.Module, min_agreement: float
-) -> Callable[[Session, ExportedModel], None]:
+    source: CalibrationSource, module: torch.nn.Module, config: OptimizeConfig
+) -> Judge:
     """Judges a candidate session inside the pipeline: one pass over the calibration texts
     with it in place of the transformer, in this thread only (other threads annotating
-    with the pipeline meanwhile never run a candidate)."""
+    with the pipeline meanwhile never run a candidate). A bf16 plan is also held to
+    PyTorch's bf16 autocast on the same texts (measured once, when first needed)."""
+    floor: list[AgreementReport] = []
 
-    def judge(session: Session, exported: ExportedModel) -> None:
-        candidate = make_proxy(module, session, source.spec, exported)
+    def judge(session: Session) -> AgreementReport:
+        if config.precision is Precision.BF16 and not floor:
+            floor.append(autocast_agreement(source))
+        candidate = make_proxy(module, session, source.spec, _JUDGED)
         with scoped(source.location, candidate):
-            check_agreement(source.nlp, source.full, min_agreement)
+            return check_agreement(
+                source.nlp, source.full, config.min_agreement, floor[0] if floor else None
+            )
 
     return judge
+
+
+#: What the proxy of a candidate being judged says of its provenance (nothing is cached yet).
+_JUDGED = ExportedModel(key="candidate", path=Path(), cache_hit=False, seconds=0.0, parity=None)

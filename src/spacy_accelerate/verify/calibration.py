@@ -4,12 +4,20 @@ the pipeline), and the source that records them only when a model must be built.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from spacy.tokens import Doc
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.agreement import AgreementReport
+
+#: Judges a candidate session inside the pipeline: its agreement with PyTorch fp32 on
+#: the calibration texts, or an :class:`~spacy_accelerate.errors.AgreementError` naming
+#: the annotation below its bound.
+Judge = Callable[[Session], AgreementReport]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.errors import AccuracyError, ConversionError
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.agreement import AgreementReport
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class ParityReport:
     #: Where the backend can tell: what the served plan's matrix products run as, read
     #: from the compiled model (int8, int8 weights with float arithmetic, float).
     compiled_as: str | None = None
+    #: A lossy plan: the pipeline's agreement with PyTorch fp32 on the calibration texts.
+    agreement: AgreementReport | None = None
 
     @property
     def worst(self) -> float:
@@ -82,6 +85,7 @@ class ParityReport:
             "plan": self.plan,
             "refused": list(self.refused),
             "compiled_as": self.compiled_as,
+            "agreement": self.agreement.as_dict() if self.agreement is not None else None,
         }
 
     def per_output(self) -> str:

@@ -1,8 +1,10 @@
 """The one search both int8 backends run: candidate plans built and judged in turn.
 
-A backend lists its candidate plans (ONNX Runtime: which projections stay in float;
-OpenVINO: static int8, dynamic int8, float-layer ladders) and says how one is built and
-judged. :class:`PlanSearch` keeps what every search must keep: each refused plan with
+A backend lists its candidate plans (ONNX Runtime: all int8, then the float-layer
+ladder; OpenVINO: static int8, dynamic int8, float-layer ladders) and says how one is
+built and judged. The float-layer ladder is shared (:func:`float_layer_ladder`): the
+layers all-int8 harms most on the calibration texts go back to float first.
+:class:`PlanSearch` keeps what every search must keep: each refused plan with
 its reason (shown in the error and recorded in the cache entry's manifest), the plan
 served, and the error raised when none may be served. Which plans come next after a
 refusal stays the backend's rule (OpenVINO bisects its ladders); this is the record.
@@ -10,10 +12,11 @@ refusal stays the backend's rule (OpenVINO bisects its ladders); this is the rec
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 
+from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.errors import AccuracyError
 from spacy_accelerate.verify.parity import ParityReport
 
@@ -124,3 +127,32 @@ def bisect_ladder(ladder: Sequence[P], attempt: Callable[[P], V]) -> V | None:
         else:
             low = middle + 1
     return chosen
+
+
+def layer_harm(report: ParityReport, spec: EncoderSpec) -> list[float]:
+    """Per layer (1-based order): how much the mean cosine of the pieces spaCy reads
+    drops across it in ``report``'s model (the hidden states are the first outputs),
+    measured on the calibration texts: each layer's own share of the error all-int8
+    adds, which the agreement follows."""
+    hidden = report.mean_cosine[: len(spec.hidden_state_names)]
+    return [hidden[k - 1] - hidden[k] for k in range(1, len(hidden))]
+
+
+def float_layer_ladder(harm: Sequence[float], most: int) -> list[tuple[int, ...]]:
+    """The nested plans after all-int8 was refused, for :func:`bisect_ladder`: the most
+    harmful layer (by ``harm``, 1-based order, see :func:`layer_harm`) back in float,
+    then the two most harmful, ... up to ``most`` layers (each plan's layers sorted)."""
+    by_layer = {layer: value for layer, value in enumerate(harm, start=1)}
+    return [tuple(sorted(plan)) for plan in sensitivity_ladder(by_layer, most)]
+
+
+U = TypeVar("U")
+
+
+def sensitivity_ladder(harm: Mapping[U, float], most: int) -> list[tuple[U, ...]]:
+    """The one fallback ladder of int8: the unit (a layer, a MatMul) whose int8 harms
+    the calibration texts' outputs most back in float, then the two most harmful, ...
+    up to ``most`` units, most harmful first in each plan. Nested, so that
+    :func:`bisect_ladder` finds the fewest that pass."""
+    ranked = sorted(harm, key=lambda unit: harm[unit], reverse=True)
+    return [tuple(ranked[:count]) for count in range(1, min(most, len(ranked)) + 1)]

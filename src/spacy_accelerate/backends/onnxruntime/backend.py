@@ -179,4 +179,4 @@ class OnnxRuntimeBackend(Backend):
             )
         optimize_graph(job.path, job.spec, graph_plan(config.provider, config.precision))
         session = self.open_session(job.path, job.provider, config, job.layout, job.cache)
-        return session, job.check(session)
+        return session, job.judged(session)

@@ -143,4 +143,4 @@ class OpenVINOBackend(Backend):
         ir = convert_to_ir(job.path, job.path.parent)  # converting costs seconds on every load
         job.path.unlink()
         session = self.open_session(ir, job.provider, config, job.layout, job.cache)
-        return session, job.check(session)
+        return session, job.judged(session)

@@ -59,7 +59,6 @@ import onnx
 import torch
 
 from spacy_accelerate.architectures import DetectedEncoder
-from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
 from spacy_accelerate.backends.openvino.session import (
     DYNAMIC_INT8_GROUP_SIZE,
@@ -82,12 +81,19 @@ from spacy_accelerate.errors import (
     ConversionError,
     NoFasterPlanError,
 )
+from spacy_accelerate.export.layers import nodes_by_layer
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.providers import import_runtime
 from spacy_accelerate.runtime.session import Session
-from spacy_accelerate.verify.calibration import Calibration
+from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
-from spacy_accelerate.verify.plan_search import Judged, PlanSearch, bisect_ladder
+from spacy_accelerate.verify.plan_search import (
+    Judged,
+    PlanSearch,
+    bisect_ladder,
+    float_layer_ladder,
+    layer_harm,
+)
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -95,34 +101,6 @@ logger = logging.getLogger("spacy_accelerate")
 def import_nncf() -> Any:
     """NNCF makes OpenVINO's int8 (it comes with the same extra)."""
     return import_runtime("nncf", "NNCF (OpenVINO's int8 needs it)", INSTALL_HINT)
-
-
-def nodes_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[onnx.NodeProto]]:
-    """The nodes of each transformer layer (1-based), found by what the graph's outputs
-    depend on: layer k's nodes feed ``hidden_state_k`` but not ``hidden_state_{k-1}``.
-    No node names are read, so every family's export is split the same way."""
-    producers = {out: node for node in graph.graph.node for out in node.output}
-    ancestors: list[set[int]] = []
-    seen: set[int] = set()  # node identities: a node's name may be empty
-    for name in spec.hidden_state_names:  # each layer's ancestors include the previous ones
-        stack = [name]
-        while stack:
-            node = producers.get(stack.pop())
-            if node is not None and id(node) not in seen:
-                seen.add(id(node))
-                stack.extend(node.input)
-        ancestors.append(set(seen))
-    return {
-        layer: [node for node in graph.graph.node if id(node) in fresh]
-        for layer, fresh in ((k, ancestors[k] - ancestors[k - 1]) for k in range(1, len(ancestors)))
-    }
-
-
-def layer_harm(report: ParityReport, spec: EncoderSpec) -> list[float]:
-    """Per layer (1-based order): how much the mean cosine of the pieces spaCy reads
-    drops across it in ``report``'s model (the hidden states are the first outputs)."""
-    hidden = report.mean_cosine[: len(spec.hidden_state_names)]
-    return [hidden[k - 1] - hidden[k] for k in range(1, len(hidden))]
 
 
 @dataclass(frozen=True)
@@ -152,11 +130,10 @@ def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterato
     model, while fp32 float layers past half would cost most of what int8 gains.
     On trf-base, whose random heads flip tags at the smallest change, the default
     gate needed eight of twelve layers in bf16."""
-    ranked = sorted(range(1, len(harm) + 1), key=lambda layer: harm[layer - 1], reverse=True)
-    most = len(ranked) - 1 if float_in_bf16 else len(ranked) // 2
+    most = len(harm) - 1 if float_in_bf16 else len(harm) // 2
     hint = "bf16" if float_in_bf16 else "f32"
-    for count in range(1, most + 1):
-        yield FloatLayers(tuple(sorted(ranked[:count])), hint)
+    for layers in float_layer_ladder(harm, most):
+        yield FloatLayers(layers, hint)
 
 
 @dataclass(frozen=True)
@@ -233,7 +210,7 @@ def quantize_within_gate(
     calibration: Calibration,
     references: list[list[np.ndarray]],
     open_session: Callable[[Path], OpenVINOSession],
-    judge: Callable[[Session], None] | None = None,
+    judge: Judge | None = None,
 ) -> tuple[Session, ParityReport]:
     """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
     plan with the fewest float layers that passes ``gate`` and ``judge`` (the pipeline's
@@ -328,7 +305,8 @@ def quantize_within_gate(
         if problem is None:  # timed before the agreement gate, the expensive one
             timing = race(session, baseline(), items, speed_baseline())
             problem, slower = (None, False) if timing.faster else (timing.finding(), True)
-        problem = problem or _verdict(report, gate, session, judge)
+        if problem is None:
+            problem, report = _verdict(report, gate, session, judge)
         logger.info(
             "OpenVINO int8 plan %r (%s): %s",
             plan.label,
@@ -415,17 +393,18 @@ def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
 
 
 def _verdict(
-    report: ParityReport, gate: Gate, session: Session, judge: Callable[[Session], None] | None
-) -> str | None:
-    """Why the candidate is refused, or None when it passes both gates."""
+    report: ParityReport, gate: Gate, session: Session, judge: Judge | None
+) -> tuple[str | None, ParityReport]:
+    """Why the candidate is refused (None when it passes both gates), and its report
+    with the pipeline's agreement where it was judged."""
     if not replace(report, gate=gate).passed:
         return (
             f"{gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
             f"smallest {report.worst_cosine:.5f})"
-        )
+        ), report
     if judge is not None:
         try:
-            judge(session)
+            return None, replace(report, agreement=judge(session))
         except AgreementError as error:
-            return error.finding
-    return None
+            return error.finding, report
+    return None, report

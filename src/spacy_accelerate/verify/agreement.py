@@ -1,0 +1,165 @@
+"""How often a lossy pipeline annotates text as PyTorch fp32 did, per annotation.
+
+No gold labels: the fp32 pipeline's own output is the reference. Every annotation the
+reference documents carry is compared, unit by unit: tags, part-of-speech, morphology,
+lemmas, dependencies (head and label together), sentence starts and entities (IOB and
+type) per token; span categories per span (the units are the spans either pipeline
+found, and a span agrees when both found it with the same label); text categories per
+document (the top category).
+
+A bound is met only if the lower end of the 95% Wilson score interval of the rate clears
+it, so a small calibration set cannot pass a plan by luck: with 1,000 tokens and 3
+changed, the point estimate is 99.7% but the interval reaches down to 99.12%.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spacy.tokens import Doc, Token
+
+from spacy_accelerate.options.agreement import AgreementBounds, Annotation
+
+#: The normal quantile of a two-sided 95% interval.
+Z_95 = 1.959963984540054
+
+#: bf16 is held to PyTorch's own bf16 autocast: at most this far below it, per annotation.
+AUTOCAST_MARGIN = 0.0005
+
+
+def wilson_lower(same: int, total: int, z: float = Z_95) -> float:
+    """The lower end of the Wilson score interval of ``same`` successes in ``total``."""
+    if total <= 0:
+        return 1.0
+    p = same / total
+    z2 = z * z
+    centre = p + z2 / (2 * total)
+    spread = z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+    return max(0.0, (centre - spread) / (1 + z2 / total))
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``same`` of ``total`` units agreed."""
+
+    same: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.same / self.total if self.total else 1.0
+
+    @property
+    def lower(self) -> float:
+        """The lower end of its 95% confidence interval (Wilson)."""
+        return wilson_lower(self.same, self.total)
+
+
+#: Per-token readers, and the annotation spaCy must report as set for each to be compared.
+_TOKEN_READERS: Mapping[Annotation, tuple[str, Callable[[Token], Any]]] = {
+    Annotation.TAG: ("TAG", lambda t: t.tag_),
+    Annotation.POS: ("POS", lambda t: t.pos_),
+    Annotation.MORPH: ("MORPH", lambda t: str(t.morph)),
+    Annotation.LEMMA: ("LEMMA", lambda t: t.lemma_),
+    Annotation.DEP: ("DEP", lambda t: (t.head.i, t.dep_)),
+    Annotation.SENT_START: ("SENT_START", lambda t: bool(t.is_sent_start)),
+    Annotation.ENT: ("ENT_IOB", lambda t: (t.ent_iob_, t.ent_type_)),
+}
+
+UNITS = {Annotation.SPANS: "spans", Annotation.CATS: "documents"}
+
+
+@dataclass(frozen=True)
+class AgreementReport:
+    """The agreement of each annotation the reference documents carry."""
+
+    rates: tuple[tuple[Annotation, Rate], ...]
+
+    def rate(self, annotation: Annotation) -> Rate | None:
+        return dict(self.rates).get(annotation)
+
+    def refusal(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> str | None:
+        """Why these rates may not be served under ``bounds`` (the first annotation that
+        fails, with its figures), or None. ``floor``: a reference plan (PyTorch's bf16
+        autocast) whose rates these may fall at most :data:`AUTOCAST_MARGIN` below."""
+        for annotation, measured in self.rates:
+            bound = bounds.bound(annotation)
+            units = UNITS.get(annotation, "tokens")
+            if measured.lower < bound:
+                return (
+                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+                    f"{measured.total:,} calibration {units} (95% lower bound "
+                    f"{measured.lower:.2%} < min_agreement {bound:.2%})"
+                )
+            reference = floor.rate(annotation) if floor is not None else None
+            if reference is not None and measured.rate < reference.rate - AUTOCAST_MARGIN:
+                return (
+                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+                    f"{measured.total:,} calibration {units}, more than "
+                    f"{AUTOCAST_MARGIN:.2%} below PyTorch's own bf16 autocast "
+                    f"({reference.rate:.2%})"
+                )
+        return None
+
+    def describe(self) -> str:
+        return ", ".join(f"{a.value} {r.rate:.2%}" for a, r in self.rates)
+
+    def as_dict(self) -> dict[str, dict[str, float | int]]:
+        return {
+            annotation.value: {
+                "same": rate.same,
+                "total": rate.total,
+                "rate": rate.rate,
+                "lower_95": rate.lower,
+            }
+            for annotation, rate in self.rates
+        }
+
+    @classmethod
+    def from_dict(cls, recorded: Mapping[str, Mapping[str, Any]]) -> AgreementReport:
+        rates = {
+            Annotation(name): Rate(int(entry["same"]), int(entry["total"]))
+            for name, entry in recorded.items()
+        }
+        return cls(tuple((a, rates[a]) for a in Annotation if a in rates))
+
+
+def compare(reference: Sequence[Doc], candidate: Sequence[Doc]) -> AgreementReport:
+    """The agreement of ``candidate`` with ``reference`` (the same texts, in order), for
+    every annotation some reference document carries."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(reference)} reference documents, {len(candidate)} candidates")
+    rates: list[tuple[Annotation, Rate]] = []
+    for annotation, (name, read) in _TOKEN_READERS.items():
+        if not any(doc.has_annotation(name) for doc in reference):
+            continue
+        same = total = 0
+        for expected, actual in zip(reference, candidate, strict=True):
+            for a, b in zip(expected, actual, strict=True):
+                total += 1
+                same += read(a) == read(b)
+        rates.append((annotation, Rate(same, total)))
+    if any(len(group) for doc in reference for group in doc.spans.values()):
+        expected_spans = set(_spans(reference))
+        found = set(_spans(candidate))
+        rates.append(
+            (Annotation.SPANS, Rate(len(expected_spans & found), len(expected_spans | found)))
+        )
+    if any(doc.cats for doc in reference):
+        agreed = sum(_top(a) == _top(b) for a, b in zip(reference, candidate, strict=True))
+        rates.append((Annotation.CATS, Rate(agreed, len(reference))))
+    return AgreementReport(tuple(rates))
+
+
+def _spans(docs: Sequence[Doc]) -> Iterator[tuple[int, str, int, int, str]]:
+    for index, doc in enumerate(docs):
+        for key, group in doc.spans.items():
+            for span in group:
+                yield index, key, span.start, span.end, span.label_
+
+
+def _top(doc: Doc) -> str | None:
+    return max(doc.cats, key=doc.cats.__getitem__) if doc.cats else None

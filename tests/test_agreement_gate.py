@@ -1,0 +1,289 @@
+"""One accuracy contract for every lossy plan: per-annotation agreement with PyTorch fp32 on
+calibration texts, judged by the lower end of a 95% Wilson interval, and ``precision="auto"``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.language import Language
+from spacy.tokens import Doc
+
+import spacy_accelerate
+from spacy_accelerate import AccuracyError
+from spacy_accelerate.architectures import detect_architecture
+from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
+from spacy_accelerate.errors import AgreementError, PrecisionUnavailableError
+from spacy_accelerate.options.agreement import Annotation, parse_min_agreement
+from spacy_accelerate.options.config import texts_digest
+from spacy_accelerate.options.request import OptimizeRequest, build_config
+from spacy_accelerate.pipeline import auto_precision
+from spacy_accelerate.pipeline import calibration as calibration_module
+from spacy_accelerate.pipeline.calibration import (
+    builtin_texts,
+    check_agreement,
+    record_calibration,
+)
+from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.verify.agreement import (
+    AUTOCAST_MARGIN,
+    AgreementReport,
+    Rate,
+    compare,
+    wilson_lower,
+)
+
+
+@pytest.fixture()
+def bert(sample_path: Callable[[str], Path]) -> Language:
+    return spacy.load(sample_path("bert"))
+
+
+def _interval_by_search(same: int, total: int, z: float = 1.959963984540054) -> float:
+    """The Wilson lower bound found the long way: the smallest p whose score test does
+    not reject the observed rate (bisection), independent of the closed form."""
+    observed = same / total
+    low, high = 0.0, observed
+    for _ in range(200):
+        middle = (low + high) / 2
+        if observed - middle > z * math.sqrt(middle * (1 - middle) / total):
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@pytest.mark.parametrize(("same", "total"), [(996, 1000), (4890, 4913), (7, 10), (99, 100)])
+def test_the_wilson_lower_bound_is_the_score_interval(same: int, total: int):
+    assert wilson_lower(same, total) == pytest.approx(_interval_by_search(same, total), abs=1e-9)
+    assert wilson_lower(same, total) < same / total
+    # More evidence at the same rate narrows the interval.
+    assert wilson_lower(same * 10, total * 10) > wilson_lower(same, total)
+
+
+def test_the_wilson_rule_refuses_a_plan_that_passes_on_point_estimate_only():
+    bounds = parse_min_agreement(None)
+    small = AgreementReport(((Annotation.TAG, Rate(996, 1000)),))
+    assert small.rate(Annotation.TAG).rate >= bounds.bound(Annotation.TAG)  # 99.6% >= 99.5%
+    finding = small.refusal(bounds)
+    assert finding is not None and finding.startswith("tag agree with PyTorch's on 99.60%")
+    assert "95% lower bound 98.98% < min_agreement 99.50%" in finding
+    # The same rate on a hundred times the tokens clears the bound.
+    assert AgreementReport(((Annotation.TAG, Rate(99600, 100000)),)).refusal(bounds) is None
+
+
+def test_bf16_is_held_to_pytorch_autocast_within_the_margin():
+    bounds = parse_min_agreement(0.9)
+    autocast = AgreementReport(((Annotation.DEP, Rate(9990, 10000)),))
+    close = AgreementReport(((Annotation.DEP, Rate(9986, 10000)),))
+    far = AgreementReport(((Annotation.DEP, Rate(9980, 10000)),))
+    assert AUTOCAST_MARGIN == 0.0005
+    assert close.refusal(bounds, autocast) is None
+    finding = far.refusal(bounds, autocast)
+    assert finding is not None and "below PyTorch's own bf16 autocast (99.90%)" in finding
+
+
+@pytest.fixture()
+def calibrated(bert: Language):
+    """The bert sample's calibration on the first built-in texts (about 1,500 tokens)."""
+    component = find_transformer_components(bert)[0]
+    location = find_shim(component)
+    spec = detect_architecture(location.pytorch_module).spec
+    texts = builtin_texts()[:40]
+    return record_calibration(bert, location, spec, texts)
+
+
+def _perturb_deps(every: int) -> Callable[[Doc], Doc]:
+    """A parser that changes the label of one token in ``every`` (counted over the texts)."""
+    seen = [0]
+
+    def perturb(doc: Doc) -> Doc:
+        for token in doc:
+            seen[0] += 1
+            if seen[0] % every == 0 and token.dep_ != "ROOT":
+                token.dep_ = "dep" if token.dep_ != "dep" else "amod"
+        return doc
+
+    return perturb
+
+
+def _add_perturbation(nlp: Language, every: int) -> None:
+    name = f"perturb_deps_{every}"
+    Language.component(name, func=_perturb_deps(every))
+    nlp.add_pipe(name, after="parser")
+
+
+def test_a_perturbed_parser_is_refused_by_the_dependency_bound_alone(bert: Language, calibrated):
+    _add_perturbation(bert, 20)
+    with pytest.raises(AgreementError) as refused:
+        check_agreement(bert, calibrated, parse_min_agreement(None))
+    assert refused.value.finding.startswith("dep agree with PyTorch's on ")
+    assert "min_agreement 97.00%" in refused.value.finding
+    assert "min_agreement={...: bound}" in str(refused.value)  # says what to change
+    # Only the dependencies changed: every other annotation agrees on every token.
+    report = compare(calibrated.docs, list(bert.pipe(calibrated.texts)))
+    assert report.rate(Annotation.DEP).rate < 0.99
+    others = [rate for annotation, rate in report.rates if annotation is not Annotation.DEP]
+    assert others and all(rate.same == rate.total for rate in others)
+
+
+def test_a_mapping_of_bounds_is_honoured(bert: Language, calibrated):
+    _add_perturbation(bert, 20)
+    report = check_agreement(bert, calibrated, parse_min_agreement({"dep": 0.8}))
+    assert 0.8 < report.rate(Annotation.DEP).rate < 0.99
+    # A mapping that names another annotation leaves the dependencies at their default.
+    with pytest.raises(AgreementError, match="dep agree"):
+        check_agreement(bert, calibrated, parse_min_agreement({"tag": 0.8}))
+    config = build_config("cpu", "int8", min_agreement={"DEP": 0.8})
+    assert config.min_agreement.bound(Annotation.DEP) == 0.8
+    assert config.min_agreement.bound(Annotation.TAG) == 0.995
+    saved = OptimizeRequest.from_config(config, threads=None).saved()
+    assert saved["min_agreement"] == {"dep": 0.8}
+
+
+def test_a_few_changed_dependencies_pass_on_point_estimate_and_are_refused(
+    bert: Language, calibrated
+):
+    tokens = sum(len(doc) for doc in calibrated.docs)
+    _add_perturbation(bert, 38)  # about 2.5% of the tokens, under the 3% the bound allows
+    report = compare(calibrated.docs, list(bert.pipe(calibrated.texts)))
+    dep = report.rate(Annotation.DEP)
+    assert dep.total == tokens and 0.97 <= dep.rate < 0.99, dep
+    assert dep.lower < 0.97
+    with pytest.raises(AgreementError, match="95% lower bound"):
+        check_agreement(bert, calibrated, parse_min_agreement(None))
+
+
+def test_the_manifest_records_the_plan_its_agreement_and_the_calibration(
+    bert: Language, cache_dir: Path
+):
+    spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir)
+    proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+    agreement = proxy.exported.agreement
+    assert agreement is not None
+    assert {a.value for a, _ in agreement.rates} == {"tag", "dep", "sent_start", "ent"}
+    for _, rate in agreement.rates:
+        assert rate.lower >= parse_min_agreement(None).bound(_)
+    manifest = json.loads((proxy.exported.path / "manifest.json").read_text())
+    built = manifest["built"]
+    assert built["plan"] == proxy.exported.plan
+    assert built["calibration_sha256"] == texts_digest(builtin_texts())
+    assert built["agreement"] == agreement.as_dict()
+    options = manifest["key_inputs"]["export"]
+    assert options["accuracy_control"]["min_agreement"]["dep"] == 0.97
+    (listed,) = spacy_accelerate.list_cached(cache_dir)
+    assert listed.plan == proxy.exported.plan
+    assert listed.agreement == {a.value: r.rate for a, r in agreement.rates}
+
+
+def test_bf16_is_refused_when_pytorch_autocast_is_more_faithful(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    if not cpu_features().bf16:  # this CPU: OpenVINO's bf16 is refused before any export
+        with pytest.raises(PrecisionUnavailableError):
+            spacy_accelerate.optimize(bert, "openvino", "bf16", cache_dir=cache_dir)
+        return
+    measured: list[AgreementReport] = []
+
+    def perfect_autocast(source):
+        report = compare(source.full.docs, source.full.docs)
+        measured.append(report)
+        return report
+
+    monkeypatch.setattr(calibration_module, "autocast_agreement", perfect_autocast)
+    try:
+        spacy_accelerate.optimize(bert, "openvino", "bf16", cache_dir=cache_dir)
+    except AgreementError as error:
+        assert "below PyTorch's own bf16 autocast (100.00%)" in error.finding
+    else:  # this CPU's bf16 kept every annotation within the margin of a perfect autocast
+        proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+        for _, rate in proxy.exported.agreement.rates:
+            assert rate.rate >= 1.0 - AUTOCAST_MARGIN
+    assert len(measured) == 1  # the floor is measured once, for bf16 only
+
+
+class _Searches:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        search = auto_precision._search
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return search(*args, **kwargs)
+
+        monkeypatch.setattr(auto_precision, "_search", counted)
+
+
+def _stored_choice(cache_dir: Path) -> dict:
+    (choice,) = [
+        json.loads((entry.path / auto_precision.CHOICE_FILE).read_text())
+        for entry in spacy_accelerate.list_cached(cache_dir)
+        if (entry.path / auto_precision.CHOICE_FILE).exists()
+    ]
+    return choice
+
+
+def test_auto_serves_the_fastest_passing_plan_and_a_warm_start_reuses_it(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog
+):
+    searches = _Searches(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir)
+    assert searches.count == 1
+    choice = _stored_choice(cache_dir)
+    seconds = choice["seconds"]
+    assert set(seconds) | set(choice["refused"]) == {"cpu fp32", "cpu int8"}
+    chosen = f"{choice['chosen']['provider']} {choice['chosen']['precision']}"
+    assert seconds[chosen] == min(seconds.values())  # the fastest that passed
+    proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+    assert proxy.session.config.precision.value == choice["chosen"]["precision"]
+    assert f"precision='auto' chose {chosen}" in caplog.text
+    spacy_accelerate.restore(bert)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir)
+    assert searches.count == 1  # no search on a warm start
+    assert "the stored choice was reused" in caplog.text
+    again = spacy_accelerate.accelerated_components(bert)["transformer"]
+    assert again.session.config.precision.value == choice["chosen"]["precision"]
+    assert again.exported.cache_hit
+
+
+def test_the_auto_choice_is_not_reused_on_a_cpu_with_other_features(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    searches = _Searches(monkeypatch)
+    spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir)
+    here = cpu_features()
+    other = CpuFeatures(
+        vendor=here.vendor,
+        flags=here.flags ^ {"avx512_bf16"},  # one feature more or less
+        machine=here.machine,
+        openvino_capabilities=frozenset(),
+    )
+    spacy_accelerate.restore(bert)
+    with simulated(other):
+        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir)
+    assert searches.count == 2
+    spacy_accelerate.restore(bert)
+    spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir)  # back here: stored
+    assert searches.count == 2
+
+
+def test_auto_says_why_a_refused_plan_lost(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog
+):
+    with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir, min_agreement=1.0)
+    choice = _stored_choice(cache_dir)
+    assert choice["chosen"]["precision"] == "fp32"
+    assert "95% lower bound" in choice["refused"]["cpu int8"]
+    assert "refused: cpu int8:" in caplog.text
+    with pytest.raises(AccuracyError):  # the same request by name gets the same verdict
+        spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir, min_agreement=1.0)
