@@ -18,9 +18,8 @@ from spacy_accelerate.backends import registry as providers
 from spacy_accelerate.backends.onnxruntime import backend as ort_backend
 from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
-from spacy_accelerate.backends.openvino.quantize import FloatLayers, plan_ladder
+from spacy_accelerate.backends.openvino.quantize import FloatLayers, nodes_by_layer, plan_ladder
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
-from spacy_accelerate.export.layers import nodes_by_layer
 from spacy_accelerate.export.onnx import export_onnx
 from spacy_accelerate.options.agreement import Annotation
 from spacy_accelerate.options.config import Precision, Provider

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,12 +16,11 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 import spacy_accelerate
-from spacy_accelerate import AccuracyError
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
 from spacy_accelerate.errors import AgreementError, PrecisionUnavailableError
 from spacy_accelerate.options.agreement import Annotation, parse_min_agreement
-from spacy_accelerate.options.config import texts_digest
+from spacy_accelerate.options.config import Precision, Provider, texts_digest
 from spacy_accelerate.options.request import OptimizeRequest, build_config
 from spacy_accelerate.pipeline import auto_precision
 from spacy_accelerate.pipeline import calibration as calibration_module
@@ -279,11 +279,107 @@ def test_the_auto_choice_is_not_reused_on_a_cpu_with_other_features(
 def test_auto_says_why_a_refused_plan_lost(
     bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ):
+    # 99.99% cannot be shown on the built-in sample's 9,015 tokens: every lossy plan loses.
     with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
-        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir, min_agreement=1.0)
+        spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir, min_agreement=0.9999)
     choice = _stored_choice(cache_dir)
     assert choice["chosen"]["precision"] == "fp32"
-    assert "95% lower bound" in choice["refused"]["cpu int8"]
+    assert "cannot show min_agreement 99.99%" in choice["refused"]["cpu int8"]
     assert "refused: cpu int8:" in caplog.text
-    with pytest.raises(AccuracyError):  # the same request by name gets the same verdict
-        spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir, min_agreement=1.0)
+    # The same request by name gets the same verdict, as an AgreementError naming the
+    # annotation, the count and the bound.
+    with pytest.raises(AgreementError) as refused:
+        spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir, min_agreement=0.9999)
+    assert re.match(
+        r"11 MatMuls float: \S.*: tag: 9,015 calibration tokens cannot show min_agreement "
+        r"99.99% \(even with none changed, the 95% lower bound is 99.96%; it takes at least "
+        r"38,411\)",
+        refused.value.finding,
+    ), refused.value.finding
+
+
+def test_min_agreement_one_allows_no_change_at_all():
+    bounds = parse_min_agreement(1.0)
+    perfect = AgreementReport(((Annotation.ENT, Rate(500, 500)),))
+    assert perfect.refusal(bounds) is None  # its Wilson bound is below 1, and still it passes
+    one = AgreementReport(((Annotation.ENT, Rate(499, 500)),))
+    assert "1 changed; min_agreement 100% allows none" in (one.refusal(bounds) or "")
+
+
+def test_text_categories_are_judged_per_document_and_label():
+    import spacy as spacy_module
+
+    nlp = spacy_module.blank("en")
+    reference = [nlp.make_doc(f"text {i}") for i in range(300)]
+    candidate = [nlp.make_doc(f"text {i}") for i in range(300)]
+    for i, (a, b) in enumerate(zip(reference, candidate, strict=True)):
+        a.cats = {"POS": 0.9, "NEG": 0.1, "URGENT": 0.7}
+        b.cats = {"POS": 0.8, "NEG": 0.2, "URGENT": 0.4 if i == 0 else 0.6}
+    report = compare(reference, candidate)
+    cats = report.rate(Annotation.CATS)
+    assert (cats.same, cats.total) == (899, 900)
+    # A candidate that invents spans where the reference has none disagrees.
+    candidate[0].spans["sc"] = [candidate[0][0:1]]
+    spans = compare(reference, candidate).rate(Annotation.SPANS)
+    assert (spans.same, spans.total) == (0, 1)
+
+
+def test_too_few_units_are_refused_with_how_many_it_takes():
+    report = AgreementReport(((Annotation.CATS, Rate(208, 208)),))
+    finding = report.refusal(parse_min_agreement(None))
+    assert finding is not None and "208 calibration document-label decisions cannot show" in finding
+    assert "it takes at least 381" in finding
+
+
+def test_a_saved_pipeline_keeps_its_bounds_and_its_auto_choice(
+    bert: Language, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    searches = _Searches(monkeypatch)
+    bounds = {"dep": 0.9, "tag": 0.95}
+    spacy_accelerate.optimize(bert, "cpu", "auto", cache_dir=cache_dir, min_agreement=bounds)
+    chosen = spacy_accelerate.accelerated_components(bert)["transformer"].session.config
+    bert.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    assert spacy_accelerate.is_optimized(loaded)
+    assert searches.count == 1  # loading read the stored choice
+    served = spacy_accelerate.accelerated_components(loaded)["transformer"].session.config
+    assert (served.provider, served.precision) == (chosen.provider, chosen.precision)
+    assert served.min_agreement == build_config(min_agreement=bounds).min_agreement
+    assert "auto" in (tmp_path / "saved" / "config.cfg").read_text()
+
+
+def test_the_reference_is_pytorch_fp32_even_where_another_transformer_is_accelerated(
+    samples_root: Path, cache_dir: Path, ewt_texts: list[str]
+):
+    from spacy_accelerate_samples import load_sample
+
+    nlp = load_sample("roberta-two", samples_root)
+    texts = ewt_texts[:12]
+    reference = list(nlp.pipe(texts, batch_size=32))
+    component = find_transformer_components(nlp)[1]
+    location = find_shim(component)
+    spec = detect_architecture(location.pytorch_module).spec
+    # The first transformer runs int8 (its entities change); the second one's calibration
+    # must still compare with the pipeline on PyTorch fp32.
+    spacy_accelerate.optimize(nlp, "cpu", "int8", cache_dir=cache_dir, min_agreement=0.5)
+    changed = compare(reference, list(nlp.pipe(texts, batch_size=32)))
+    assert any(rate.same < rate.total for _, rate in changed.rates)
+    recorded = record_calibration(nlp, location, spec, texts)
+    again = compare(reference, list(recorded.docs))
+    assert all(rate.same == rate.total for _, rate in again.rates), again.describe()
+    assert spacy_accelerate.is_optimized(nlp)  # and the pipeline itself stays accelerated
+
+
+def test_a_lossy_plan_must_beat_fp32_by_the_margin():
+    fp32 = auto_precision.Candidate(Provider.CPU, Precision.FP32)
+    int8 = auto_precision.Candidate(Provider.CPU, Precision.INT8)
+    bf16 = auto_precision.Candidate(Provider.OPENVINO, Precision.BF16)
+    candidates = {c.label: c for c in (fp32, int8, bf16)}
+    fastest = auto_precision._fastest
+    assert auto_precision.LOSSY_MARGIN == 0.05
+    assert fastest({"cpu fp32": 1.0, "cpu int8": 0.97}, candidates) == "cpu fp32"
+    assert fastest({"cpu fp32": 1.0, "cpu int8": 0.90}, candidates) == "cpu int8"
+    assert fastest({"cpu fp32": 1.0, "openvino bf16": 0.5, "cpu int8": 0.6}, candidates) == (
+        "openvino bf16"
+    )
+    assert fastest({"cpu int8": 0.6, "openvino bf16": 0.5}, candidates) == "openvino bf16"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -220,3 +221,23 @@ def test_module_entry_point_runs():
     assert completed.returncode == 0, completed.stderr
     for command in ("doctor", "optimize", "bench", "cache"):
         assert command in completed.stdout
+
+
+def test_optimize_accepts_auto_and_cache_list_shows_plans_and_agreement(
+    bert_path: Path, cache_dir: Path
+):
+    args = ["optimize", str(bert_path), "--provider", "cpu", "--cache-dir", str(cache_dir)]
+    bad = invoke(*args, "--precision", "int8", "--min-agreement", "dep=high")
+    assert_one_line_error(bad, "--min-agreement 'dep=high' is neither a number")
+    unknown = invoke(*args, "--precision", "int8", "--min-agreement", "deps=0.9")
+    assert_one_line_error(unknown, "min_agreement has no annotation 'deps'")
+    served = invoke(*args, "--precision", "int8", "--min-agreement", "dep=0.9,tag=0.95")
+    assert served.exit_code == 0, served.output
+    assert "agreement on the calibration texts: tag " in served.output
+    auto = invoke(*args, "--precision", "auto")
+    assert auto.exit_code == 0, auto.output
+    assert re.search(r"transformer: served by cpu (fp32|int8)", auto.output), auto.output
+    listed = invoke("cache", "list", "--cache-dir", str(cache_dir)).output
+    assert "precision='auto' choice: cpu " in listed
+    assert re.search(r"plan: (all MatMuls int8|\d+ MatMuls float: )", listed), listed
+    assert re.search(r"agreement with PyTorch fp32 on the calibration texts: tag \d", listed)

@@ -453,7 +453,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
         hint = session.settings["INFERENCE_PRECISION_HINT"]  # as requested for the plan
         hints.append(hint)
         if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
-            return f"refused by the test ({hint})", report
+            return f"refused by the test ({hint})", report, False
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", bf16_fails)
@@ -491,7 +491,7 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     def static_fails(report, gate, session, judge):
         judged.append(_plan_settings(session))
         if len(judged) == 1:
-            return "refused by the test", report
+            return "refused by the test", report, False
         return real_verdict(report, gate, session, judge)
 
     monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)

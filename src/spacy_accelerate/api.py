@@ -6,7 +6,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any
 
 from spacy.language import Language
@@ -27,7 +27,12 @@ from spacy_accelerate.options.config import MissingCache, OptimizeConfig, Precis
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
 from spacy_accelerate.pipeline.auto_precision import Candidate, choose
-from spacy_accelerate.pipeline.calibration import agreement_judge, calibration_for, record_probe
+from spacy_accelerate.pipeline.calibration import (
+    agreement_judge,
+    calibration_for,
+    calibration_source,
+    record_probe,
+)
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
@@ -110,7 +115,8 @@ def optimize(
     then the whole pipeline annotates the texts and every annotation it sets must stay
     as PyTorch fp32's on at least ``min_agreement`` of the units, the lower end of a
     95% confidence interval counting: one number, or a mapping such as
-    ``{"dep": 0.98}`` (defaults: 99.5%, dependencies and span/text categories 99.0%).
+    ``{"dep": 0.98}`` (defaults: 99.5%; dependencies 97%; sentence starts and span and
+    text categories 99%; 1.0: no change at all).
     bf16 must also be within 0.05 point of PyTorch's own bf16 autocast. A plan that
     fails raises :class:`~spacy_accelerate.errors.AgreementError` naming the
     annotation, its rate and its bound. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
@@ -202,10 +208,7 @@ def apply_config(
             raise
 
     if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, the fastest kept
-        lossy = replace(config, precision=Precision.INT8)  # whose calibration times them
-        source = calibration_for(nlp, shims[0], encoders[0].spec, lossy)
-        if source is None:
-            raise AssertionError("a lossy request always has a calibration")
+        source = calibration_source(nlp, shims[0], encoders[0].spec, config)
         candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
         choose(nlp, config, candidates, shims, source, cache, accelerate)
     else:

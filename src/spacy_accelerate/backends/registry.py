@@ -145,11 +145,12 @@ def auto_candidates(config: OptimizeConfig) -> list[Provider]:
 
 
 def precision_candidates(config: OptimizeConfig) -> list[tuple[Provider, Precision]]:
-    """``precision="auto"``'s candidates: every precision the provider serves, or for
-    ``provider="auto"`` every usable provider's (GPU ones first), in :data:`SERVED`'s
-    order. Whether the CPU can run one (bf16 units, a GPU) is found when it is tried."""
-    if config.provider is not Provider.AUTO:
-        providers: list[Provider] = [config.provider]
+    """``precision="auto"``'s candidates: every precision the provider serves (with
+    ``fallback``, also those its fallbacks serve), or for ``provider="auto"`` every usable
+    provider's (GPU ones first), in :data:`SERVED`'s order. Whether the machine can run
+    one (bf16 units, a GPU) is found when it is tried."""
+    if config.provider is not Provider.AUTO:  # with fallback, its fallbacks' too
+        providers = list(FALLBACK_ORDER[config.provider] if config.fallback else [config.provider])
     else:
         usable = available_providers()
         providers = [

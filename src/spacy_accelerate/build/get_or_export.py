@@ -121,16 +121,18 @@ def _export_options(
     """The key's export options: what shapes the served file, and what decides whether it
     is served (the rows it is checked on and, where a plan is searched, the gate and what
     the CPU's int8 kernels compute). OpenVINO's IR also depends on OpenVINO's release and
-    on what this CPU can do, and a calibrated int8 model on its calibration texts and on
-    the bounds its plan was chosen under."""
+    on what this CPU can do, and a lossy plan on its calibration texts, the pipeline's
+    other components and the bounds it was judged under."""
     options = config.export_options()
     options["verified_on_sha256"] = verification.digest(spec)
     options.update(backend_for(config.provider).key_options(config))
     if calibration is not None:
         options["calibration_sha256"] = calibration.digest
         options["judged_by_sha256"] = calibration.judged_by
+        gate = config.gate()  # the cosine filter's verdicts are stored too (refusals)
         options["accuracy_control"] = {
-            "min_mean_cosine": config.gate().min_mean_cosine,
+            "min_cosine": gate.min_cosine,
+            "min_mean_cosine": gate.min_mean_cosine,
             "min_agreement": config.min_agreement.resolved(),
             "rule": AGREEMENT_RULE,
         }
@@ -414,7 +416,7 @@ def reopen(
     in each folder of :func:`~spacy_accelerate.cache.location.search_order`. Where none
     has it, the model is built again from ``module``'s weights, or None is returned where
     ``config.missing_cache`` says PyTorch (or where it cannot be built without the
-    pipeline: a calibrated int8 model)."""
+    pipeline: a lossy plan, judged on the whole pipeline)."""
     required = _required_files(config)
     detected = detect_architecture(module)
     for root in search_order(exported.path.parent):

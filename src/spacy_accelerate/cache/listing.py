@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spacy_accelerate.cache.store import CacheEntry, ModelCache
 
@@ -36,16 +37,14 @@ def _describe(entry: CacheEntry) -> CachedModel:
     built = built if isinstance(built, dict) else {}
     encoder = inputs.get("encoder") or {}
     export = inputs.get("export") or {}
-    agreement = built.get("agreement")
-    rates = None
-    if isinstance(agreement, dict):
-        rates = {str(name): float(entry["rate"]) for name, entry in agreement.items()}
+    rates = _rates(built.get("agreement"))
     note = None
     if isinstance(built.get("auto_precision"), dict):
         chosen = built["auto_precision"].get("chosen") or {}
         note = f"precision='auto' choice: {chosen.get('provider')} {chosen.get('precision')}"
     elif isinstance(built.get("refusal"), str):
-        note = f"a refusal ({built['refusal']}): no plan passed the gate here"
+        reason = "not faster than float here" if built["refusal"] == "speed" else "the gate"
+        note = f"a refusal ({reason}): no model is served for this request here"
     return CachedModel(
         key=entry.key,
         path=entry.path,
@@ -58,6 +57,15 @@ def _describe(entry: CacheEntry) -> CachedModel:
         agreement=rates,
         note=note,
     )
+
+
+def _rates(recorded: Any) -> dict[str, float] | None:
+    """The recorded agreement's rate per annotation; None when it is missing or unreadable
+    (an entry written by another release is listed, not refused)."""
+    try:
+        return {str(name): float(rate["rate"]) for name, rate in recorded.items()}
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def list_cached(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedModel]:

@@ -35,7 +35,10 @@ CacheDir = Annotated[
     typer.Option("--cache-dir", help="Model cache (default: $SPACY_ACCELERATE_CACHE or ~/.cache)."),
 ]
 Provider = Annotated[str, typer.Option(help="auto, cpu, cuda, tensorrt or openvino.")]
-Precision = Annotated[str, typer.Option(help="fp32, fp16, bf16 or int8.")]
+Precision = Annotated[
+    str,
+    typer.Option(help="fp32, fp16, bf16, int8, or auto (the fastest plan that passes the gate)."),
+]
 
 
 class CommandError(Exception):
@@ -103,6 +106,22 @@ def doctor(cache_dir: CacheDir = None) -> None:
     )
 
 
+def _bounds(given: str | None) -> float | dict[str, float] | None:
+    """``--min-agreement`` as ``optimize()`` takes it: ``0.99`` or ``dep=0.97,tag=0.995``."""
+    if given is None:
+        return None
+    try:
+        if "=" not in given:
+            return float(given)
+        pairs = (part.split("=", 1) for part in given.split(",") if part.strip())
+        return {name.strip(): float(value) for name, value in pairs}
+    except ValueError:
+        raise CommandError(
+            f"--min-agreement {given!r} is neither a number (0.99) nor annotation=number pairs "
+            "separated by commas (dep=0.97,tag=0.995)."
+        ) from None
+
+
 def _read_lines(texts_file: Path) -> list[str]:
     """The non-empty lines of a UTF-8 texts file, one document each."""
     if not texts_file.is_file():
@@ -145,11 +164,16 @@ def optimize(
     ] = False,
     calibration_file: Annotated[
         Path | None,
-        typer.Option(help="openvino int8: UTF-8 texts like yours, one per line, to calibrate on."),
+        typer.Option(
+            help="int8, bf16, fp16, auto: UTF-8 texts like yours, one per line, to judge on."
+        ),
     ] = None,
     min_agreement: Annotated[
-        float | None,
-        typer.Option(help="openvino int8: least share of tokens whose tags/entities must stay."),
+        str | None,
+        typer.Option(
+            help="int8, bf16, fp16, auto: least share of units whose annotations must stay as "
+            "PyTorch's: one number (0.99) or per annotation (dep=0.97,tag=0.995)."
+        ),
     ] = None,
     lock_timeout: Annotated[
         float | None,
@@ -180,7 +204,7 @@ def optimize(
             device_id=device_id,
             fallback=fallback,
             calibration_texts=_read_lines(calibration_file) if calibration_file else None,
-            min_agreement=min_agreement,
+            min_agreement=_bounds(min_agreement),
             lock_timeout=lock_timeout,
             missing_cache=missing_cache,
         )
@@ -201,6 +225,8 @@ def optimize(
             typer.echo(f"{name}: {source}, key {exported.key[:16]}, {checked}")
             if exported.compiled_as:
                 typer.echo(f"  compiled as {exported.compiled_as}")
+            if exported.agreement is not None:
+                typer.echo(f"  agreement on the calibration texts: {exported.agreement.describe()}")
             typer.echo(f"  {exported.path}")
         if output is not None:
             nlp.to_disk(output)
@@ -288,7 +314,8 @@ def bench(
 
 @cache_app.command("list")
 def cache_list(cache_dir: CacheDir = None) -> None:
-    """The cached models: key, family, provider, precision, size, creation time."""
+    """The cached models: key, family, provider, precision, size, creation time; for a
+    lossy plan, the plan and its agreement per annotation on the calibration texts."""
     from spacy_accelerate.cache.listing import list_cached
 
     with one_line_errors():
@@ -300,6 +327,13 @@ def cache_list(cache_dir: CacheDir = None) -> None:
             f"{entry.key[:16]}  {entry.family or '?':12s} {entry.provider or '?':9s} "
             f"{entry.precision or '?':5s} {entry.size_bytes / 2**20:8.1f} MiB  {entry.created}"
         )
+        if entry.note:
+            typer.echo(f"  {entry.note}")
+        if entry.plan:
+            typer.echo(f"  plan: {entry.plan}")
+        if entry.agreement:
+            rates = ", ".join(f"{name} {rate:.2%}" for name, rate in entry.agreement.items())
+            typer.echo(f"  agreement with PyTorch fp32 on the calibration texts: {rates}")
 
 
 @cache_app.command("size")

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,17 @@ from spacy.language import Language
 
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
-from spacy_accelerate.errors import AccuracyError, CacheError, ProviderUnavailableError
+from spacy_accelerate.errors import (
+    AccuracyError,
+    AgreementError,
+    CacheError,
+    ConversionError,
+    ProviderUnavailableError,
+)
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
-from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.config import GPU_PROVIDERS, OptimizeConfig, Precision, Provider
 from spacy_accelerate.pipeline.calibration import CalibrationSource, annotate, builtin_texts
-from spacy_accelerate.pipeline.patch import patch, revert
+from spacy_accelerate.pipeline.patch import patch, revert, scoped
 from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation
 
@@ -115,6 +122,9 @@ def choice_inputs(
 ) -> dict[str, Any]:
     """What a stored choice depends on (its key): a change to any of these searches anew."""
     cpu = cpu_features()
+    on_gpu = any(candidate.provider in GPU_PROVIDERS for candidate in candidates)
+    usable = on_gpu and torch.cuda.is_available()
+    gpu = torch.cuda.get_device_name(config.gpu.device_id or 0) if usable else None
     return {
         "auto_precision": 1,
         "candidates": [candidate.label for candidate in candidates],
@@ -127,6 +137,7 @@ def choice_inputs(
         "gpu": config.gpu.as_dict(),
         "threads": config.intra_op_threads,
         "cpu": {"vendor": cpu.vendor, "machine": cpu.machine, "flags": sorted(cpu.flags)},
+        "gpu_device": gpu,
         "versions": package_versions(),
     }
 
@@ -141,38 +152,61 @@ def choose(
     accelerate: Callable[[OptimizeConfig], None],
 ) -> Choice:
     """Serve the stored choice for this request, or search, store and serve one.
-    ``accelerate`` serves one concrete request (all components, all or nothing)."""
+    ``accelerate`` serves one concrete request (all components, all or nothing). On any
+    failure the pipeline is left as it was."""
     inputs = choice_inputs(config, candidates, locations, source)
     key = cache_key(inputs)
+    previous = [location.module for location in locations]
     found: list[Choice] = []
 
     def search(folder: Path) -> dict[str, Any]:
         choice = _search(nlp, config, candidates, locations, source, accelerate)
-        (folder / CHOICE_FILE).write_text(json.dumps(choice.as_dict(), indent=2))
         found.append(choice)
+        (folder / CHOICE_FILE).write_text(json.dumps(choice.as_dict(), indent=2))
         return {"auto_precision": choice.as_dict()}
 
     try:
-        result = cache.get_or_build(key, inputs, search, (CHOICE_FILE,))
-    except CacheError as error:  # an unwritable cache: search, serve, keep nothing
-        logger.warning("spacy-accelerate: the auto precision choice is not stored: %s", error)
-        choice = _search(nlp, config, candidates, locations, source, accelerate)
-        _serve(config, choice, accelerate)
-        return choice
-    if found:
-        choice = found[0]  # the search left the winner in place
-    else:
+        try:
+            result = cache.get_or_build(key, inputs, search, (CHOICE_FILE,))
+        except CacheError as error:
+            if not found:
+                raise
+            # Searched, but the choice could not be stored (a read-only or full cache):
+            # the winner is served, and the next start searches again.
+            logger.warning("spacy-accelerate: the auto precision choice is not stored: %s", error)
+            return _chosen(found[0])
+        if found:  # the search left the winner in place
+            return _chosen(found[0])
         choice = Choice.from_dict(json.loads(result.entry.file(CHOICE_FILE).read_text()))
-        _serve(config, choice, accelerate)
-        logger.info("spacy-accelerate: the stored choice was reused (no search)")
+        try:
+            accelerate(_as_request(config, choice.chosen))
+        except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
+            # What was chosen cannot be served here any more (a GPU gone, a refusal): search
+            # again rather than fail.
+            logger.warning(
+                "spacy-accelerate: the stored choice %s cannot be served here (%s); searching "
+                "again",
+                choice.chosen.label,
+                error,
+            )
+            rebuilt = cache.rebuild(result.entry, inputs, search, (CHOICE_FILE,))
+            if found:
+                return _chosen(found[0])
+            # Another process stored a new choice meanwhile: serve that one.
+            choice = Choice.from_dict(json.loads(rebuilt.entry.file(CHOICE_FILE).read_text()))
+            accelerate(_as_request(config, choice.chosen))
+        else:
+            logger.info("spacy-accelerate: the stored choice was reused (no search)")
+        return _chosen(choice)
+    except BaseException:
+        for location, module in zip(locations, previous, strict=True):
+            revert(location, module)
+        raise
+
+
+def _chosen(choice: Choice) -> Choice:
     logger.info("spacy-accelerate: %s", choice.explain())
     return choice
-
-
-def _serve(
-    config: OptimizeConfig, choice: Choice, accelerate: Callable[[OptimizeConfig], None]
-) -> None:
-    accelerate(_as_request(config, choice.chosen))
 
 
 def _as_request(config: OptimizeConfig, candidate: Candidate) -> OptimizeConfig:
@@ -187,47 +221,66 @@ def _search(
     source: CalibrationSource,
     accelerate: Callable[[OptimizeConfig], None],
 ) -> Choice:
-    """Build and judge every candidate, time those that pass, serve the fastest."""
+    """Build and judge every candidate, time those that pass (in this thread only: other
+    threads keep annotating with what they run), install the fastest."""
     previous = [location.module for location in locations]
     served: dict[str, tuple[Candidate, list[torch.nn.Module]]] = {}
     refused: dict[str, str] = {}
+    unavailable: list[ProviderUnavailableError] = []
     for candidate in candidates:
         try:
             accelerate(_as_request(config, candidate))
-        except (AccuracyError, ProviderUnavailableError) as error:
-            refused[candidate.label] = getattr(error, "finding", None) or str(error)
+        except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
+            if isinstance(error, ProviderUnavailableError):
+                unavailable.append(error)
+            refused[candidate.label] = (
+                error.finding if isinstance(error, AgreementError) else str(error)
+            )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
             continue
         served[candidate.label] = (candidate, [location.module for location in locations])
         for location, module in zip(locations, previous, strict=True):
             revert(location, module)
-    if not served:
-        raise AccuracyError(
-            "precision='auto' found no plan that passes the gate here; plans tried: "
-            + "; ".join(f"{label}: {why}" for label, why in refused.items())
+    tried = "; ".join(f"{label}: {why}" for label, why in refused.items())
+    if not served and len(unavailable) == len(refused):
+        raise ProviderUnavailableError(
+            f"precision='auto' found no provider that can run here; tried: {tried}"
         )
+    if not served:
+        raise AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
     texts = timed_texts(source.texts or builtin_texts())
     turns: dict[str, list[float]] = {label: [] for label in served}
-    try:
-        for _ in range(TURNS):
-            for label, (_candidate, modules) in served.items():
-                _install(locations, modules)
+    for _ in range(TURNS):
+        for label, (_candidate, modules) in served.items():
+            with ExitStack() as stack:
+                for location, module in zip(locations, modules, strict=True):
+                    stack.enter_context(scoped(location, module))
                 start = time.perf_counter()
                 annotate(nlp, texts)
                 turns[label].append(time.perf_counter() - start)
-    except BaseException:
-        for location, module in zip(locations, previous, strict=True):
-            revert(location, module)
-        raise
     seconds = {label: min(times) for label, times in turns.items()}
-    winner = min(seconds, key=seconds.__getitem__)
-    _install(locations, served[winner][1])
-    return Choice(chosen=served[winner][0], seconds=seconds, refused=refused)
-
-
-def _install(locations: Sequence[ShimLocation], modules: Sequence[torch.nn.Module]) -> None:
-    for location, module in zip(locations, modules, strict=True):
+    winner = _fastest(seconds, {label: c for label, (c, _) in served.items()})
+    for location, module in zip(locations, served[winner][1], strict=True):
         if isinstance(module, AcceleratedModule):
             patch(location, module)
         else:
             revert(location, module)
+    return Choice(chosen=served[winner][0], seconds=seconds, refused=refused)
+
+
+#: How much faster a lossy plan must be than the fastest exact (fp32) one to be chosen:
+#: within that, the timing's noise could pick a plan that changes annotations for nothing.
+LOSSY_MARGIN = 0.05
+
+
+def _fastest(seconds: dict[str, float], candidates: dict[str, Candidate]) -> str:
+    """The label of the fastest plan, an exact one unless a lossy one beats it by more
+    than :data:`LOSSY_MARGIN`."""
+    fastest = min(seconds, key=seconds.__getitem__)
+    exact = [label for label in seconds if candidates[label].precision is Precision.FP32]
+    if not exact or candidates[fastest].precision is Precision.FP32:
+        return fastest
+    best_exact = min(exact, key=seconds.__getitem__)
+    if seconds[fastest] < seconds[best_exact] * (1 - LOSSY_MARGIN):
+        return fastest
+    return best_exact

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -37,11 +39,13 @@ from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, make_proxy
-from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.agreement import AgreementReport, compare
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.verification import PROBE_TEXTS
+
+logger = logging.getLogger("spacy_accelerate")
 
 #: Rows per calibration item: small batches give the quantizer many samples.
 ROWS_PER_ITEM = 8
@@ -104,10 +108,24 @@ def recorded_calls(
 def record_calls(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, texts: Sequence[str]
 ) -> tuple[list[EncoderInputs], tuple[Doc, ...]]:
-    """Run ``nlp`` on PyTorch over ``texts``: the inputs of each call of the transformer at
-    ``location``, as spaCy made them, and the documents."""
+    """Run ``nlp`` on PyTorch fp32 over ``texts``: the inputs of each call of the
+    transformer at ``location``, as spaCy made them, and the documents. Every other
+    transformer of the pipeline runs its PyTorch module too (in this thread only), so
+    the reference is fp32 even where another component was accelerated first."""
     docs: list[Doc] = []
-    calls = recorded_calls(location, spec, lambda: docs.extend(nlp.pipe(texts, batch_size=32)))
+    others = [
+        other
+        for other in (find_shim(component) for component in transformer_components(nlp))
+        if other.layer is not location.layer
+    ]
+
+    def run() -> None:
+        with ExitStack() as stack:
+            for other in others:
+                stack.enter_context(scoped(other, other.pytorch_module))
+            docs.extend(annotate(nlp, texts))
+
+    calls = recorded_calls(location, spec, run)
     return calls, tuple(docs)
 
 
@@ -193,12 +211,13 @@ class CalibrationSource:
     def full(self) -> Calibration:
         if self.texts is None:
             raise InvalidOptionError(
-                "This pipeline's int8 model was calibrated on texts of your own, which were "
-                "not saved with it (only their sha256), and its cache entry is not here, so "
-                "it cannot be calibrated again. Give the texts again when loading: "
+                "This pipeline's lossy plan was judged on calibration texts of your own, "
+                "which were not saved with it (only their sha256), and its cache entry is not "
+                "here, so it cannot be judged again. Give the texts again when loading: "
                 "spacy.load(path, config={'nlp.after_pipeline_creation.calibration_texts': "
-                "[...]}), or optimize(nlp, 'openvino', 'int8', calibration_texts=[...]); "
-                "or copy the cache (SPACY_ACCELERATE_CACHE) from where it was built."
+                "[...]}), or optimize(nlp, ..., calibration_texts=[...]) with the precision "
+                "you asked for; or copy the cache (SPACY_ACCELERATE_CACHE) from where it was "
+                "built."
             )
         return record_calibration(self.nlp, self.location, self.spec, self.texts)
 
@@ -220,8 +239,14 @@ def calibration_for(
     nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
 ) -> CalibrationSource | None:
     """The calibration of ``config``'s request: every lossy plan has one, fp32 none."""
-    if not config.calibrated:
-        return None
+    return calibration_source(nlp, location, spec, config) if config.calibrated else None
+
+
+def calibration_source(
+    nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
+) -> CalibrationSource:
+    """The calibration texts ``config`` names (its own, or the built-in sample), checked,
+    whatever its precision (``precision="auto"`` times its candidates on them)."""
     if config.calibration_texts is None:
         builtin = tuple(builtin_texts())
         if config.calibration_sha256 not in (None, texts_digest(builtin)):
@@ -265,8 +290,15 @@ def check_agreement(
     below its bound in ``bounds`` (or, with ``floor``, that falls further below it than
     :data:`~spacy_accelerate.verify.agreement.AUTOCAST_MARGIN`)."""
     report = compare(calibration.docs, annotate(nlp, calibration.texts))
+    if not report.rates:
+        logger.warning(
+            "spacy-accelerate: the pipeline sets none of the annotations the agreement gate "
+            "compares (tags, dependencies, entities, ...), so only the token cosine judged "
+            "this plan."
+        )
     finding = report.refusal(bounds, floor)
     if finding is not None:
+        finding = f"{finding}; every rate: {report.describe()}"
         raise AgreementError(
             f"The pipeline's {finding}, so this plan was not served and the pipeline is "
             "unchanged. Use precision='fp32' (or 'auto', the fastest plan that passes), "

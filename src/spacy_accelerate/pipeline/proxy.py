@@ -264,8 +264,8 @@ def _reopen(
     extra: tuple[Any, ...],
 ) -> torch.nn.Module:
     """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
-    where ``missing_cache="pytorch"`` (or a calibrated model, which needs the pipeline to
-    be built), the PyTorch module itself, with a warning."""
+    where ``missing_cache="pytorch"`` (or a lossy plan, which needs the whole pipeline to
+    be judged), the PyTorch module itself, with a warning."""
     reopened = reopen(exported, original, provider, config, layout)
     if reopened is None:
         logger.warning(
@@ -274,7 +274,8 @@ def _reopen(
             "accelerate it again.",
             config.precision.value,
             exported.key[:12],
-            "its int8 calibration needs the whole pipeline"
+            "its lossy plan is judged on the whole pipeline, which an unpickled "
+            "transformer does not have"
             if config.calibrated and config.missing_cache is not MissingCache.PYTORCH
             else "missing_cache='pytorch' says not to export it at load time",
         )

@@ -69,7 +69,7 @@ _TOKEN_READERS: Mapping[Annotation, tuple[str, Callable[[Token], Any]]] = {
     Annotation.ENT: ("ENT_IOB", lambda t: (t.ent_iob_, t.ent_type_)),
 }
 
-UNITS = {Annotation.SPANS: "spans", Annotation.CATS: "documents"}
+UNITS = {Annotation.SPANS: "spans", Annotation.CATS: "document-label decisions"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,22 @@ class AgreementReport:
         for annotation, measured in self.rates:
             bound = bounds.bound(annotation)
             units = UNITS.get(annotation, "tokens")
-            if measured.lower < bound:
+            best = wilson_lower(measured.total, measured.total)
+            if bound < 1.0 and best < bound:  # even no change at all could not pass
+                needed = math.ceil(Z_95**2 * bound / (1 - bound))
+                return (
+                    f"{annotation.value}: {measured.total:,} calibration {units} cannot show "
+                    f"min_agreement {bound:.2%} (even with none changed, the 95% lower bound "
+                    f"is {best:.2%}; it takes at least {needed:,}): give more calibration_texts "
+                    f"or a lower bound for {annotation.value!r}"
+                )
+            if bound >= 1.0 and measured.same < measured.total:  # 1.0: nothing may change
+                return (
+                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+                    f"{measured.total:,} calibration {units} ({measured.total - measured.same:,}"
+                    " changed; min_agreement 100% allows none)"
+                )
+            if bound < 1.0 and measured.lower < bound:
                 return (
                     f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
                     f"{measured.total:,} calibration {units} (95% lower bound "
@@ -142,15 +157,18 @@ def compare(reference: Sequence[Doc], candidate: Sequence[Doc]) -> AgreementRepo
                 total += 1
                 same += read(a) == read(b)
         rates.append((annotation, Rate(same, total)))
-    if any(len(group) for doc in reference for group in doc.spans.values()):
-        expected_spans = set(_spans(reference))
-        found = set(_spans(candidate))
+    expected_spans, found = set(_spans(reference)), set(_spans(candidate))
+    if expected_spans or found:  # a candidate that invents spans disagrees too
         rates.append(
             (Annotation.SPANS, Rate(len(expected_spans & found), len(expected_spans | found)))
         )
     if any(doc.cats for doc in reference):
-        agreed = sum(_top(a) == _top(b) for a, b in zip(reference, candidate, strict=True))
-        rates.append((Annotation.CATS, Rate(agreed, len(reference))))
+        decisions = [
+            _decided(a, label) == _decided(b, label)
+            for a, b in zip(reference, candidate, strict=True)
+            for label in a.cats
+        ]
+        rates.append((Annotation.CATS, Rate(sum(decisions), len(decisions))))
     return AgreementReport(tuple(rates))
 
 
@@ -161,5 +179,11 @@ def _spans(docs: Sequence[Doc]) -> Iterator[tuple[int, str, int, int, str]]:
                 yield index, key, span.start, span.end, span.label_
 
 
-def _top(doc: Doc) -> str | None:
-    return max(doc.cats, key=doc.cats.__getitem__) if doc.cats else None
+#: The score at which a text category counts as assigned (spaCy's scorer's default).
+CATS_THRESHOLD = 0.5
+
+
+def _decided(doc: Doc, label: str) -> bool:
+    """Whether ``doc`` is assigned ``label``: one decision per document and label, so a
+    few hundred documents still give the gate enough units."""
+    return doc.cats.get(label, 0.0) >= CATS_THRESHOLD

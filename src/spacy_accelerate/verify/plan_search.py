@@ -1,13 +1,13 @@
 """The one search both int8 backends run: candidate plans built and judged in turn.
 
-A backend lists its candidate plans (ONNX Runtime: all int8, then the float-layer
-ladder; OpenVINO: static int8, dynamic int8, float-layer ladders) and says how one is
-built and judged. The float-layer ladder is shared (:func:`float_layer_ladder`): the
-layers all-int8 harms most on the calibration texts go back to float first.
-:class:`PlanSearch` keeps what every search must keep: each refused plan with
-its reason (shown in the error and recorded in the cache entry's manifest), the plan
-served, and the error raised when none may be served. Which plans come next after a
-refusal stays the backend's rule (OpenVINO bisects its ladders); this is the record.
+A backend lists its candidate plans (ONNX Runtime: all int8, then MatMuls back in float;
+OpenVINO: static int8, dynamic int8, then layers back in float) and says how one is
+built and judged. The fallback ladder is shared (:func:`sensitivity_ladder`): the units
+(MatMuls, layers) whose int8 harms the outputs on the calibration texts most go back to
+float first, and :func:`bisect_ladder` finds the fewest that pass. :class:`PlanSearch`
+keeps what every search must keep: each refused plan with its reason and rates (shown in
+the error and recorded in the cache entry's manifest), the plan served, and the error
+raised when none may be served.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import AccuracyError
+from spacy_accelerate.errors import AccuracyError, AgreementError
 from spacy_accelerate.verify.parity import ParityReport
 
 S = TypeVar("S")
@@ -55,6 +55,8 @@ class PlanSearch(Generic[S]):
     """The record of one search: the refused plans with their reasons, in order."""
 
     refused: list[str] = field(default_factory=list)
+    #: The refusals the pipeline's agreement decided (annotation, rate and bound).
+    disagreements: list[str] = field(default_factory=list)
 
     def judged(
         self,
@@ -64,11 +66,15 @@ class PlanSearch(Generic[S]):
         refusal: str | None,
         *,
         described: str | None = None,
+        by_agreement: bool = False,
     ) -> Judged[S]:
         """Record ``label``'s verdict (a refusal with its reason, the plan named as
-        ``described`` where that says more than its label) and return it."""
+        ``described`` where that says more than its label; ``by_agreement``: the
+        pipeline's annotations refused it) and return it."""
         if refusal is not None:
             self.refused.append(f"{described or label}: {refusal}")
+            if by_agreement:
+                self.disagreements.append(f"{described or label}: {refusal}")
         return Judged(label, session, report, refusal)
 
     def note(self, text: str) -> None:
@@ -100,11 +106,16 @@ class PlanSearch(Generic[S]):
 
     def no_plan(self, advice: str) -> AccuracyError:
         """The error when no plan keeps the model within the gate; ``advice`` says what
-        the user can do (in the terms of ``optimize()``'s keywords)."""
-        return AccuracyError(
+        the user can do (in the terms of ``optimize()``'s keywords). An
+        :class:`AgreementError` naming the last plan's annotation, rate and bound where
+        the pipeline's agreement refused plans."""
+        message = (
             "No int8 plan keeps this model within the gate, so no int8 model was served and "
             f"the pipeline is unchanged. {advice} Plans tried: {self.tried()}"
         )
+        if self.disagreements:
+            return AgreementError(message, finding=self.disagreements[-1])
+        return AccuracyError(message)
 
 
 def bisect_ladder(ladder: Sequence[P], attempt: Callable[[P], V]) -> V | None:

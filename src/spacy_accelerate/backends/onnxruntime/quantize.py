@@ -63,7 +63,7 @@ class Int8Recipe:
     fuse_first: bool = False
     #: How the plans after all-int8 are found (part of the key: a changed search may
     #: serve another plan).
-    ladder: str = "float layers by harm, bisected"
+    ladder: str = "MatMuls back in float by measured harm, bisected"
 
 
 DEFAULT_INT8_RECIPE = Int8Recipe()
@@ -203,7 +203,7 @@ def quantize_within_gate(
         try:
             report = job.judged(session)
         except AgreementError as error:
-            return search.judged(label, session, None, error.finding)
+            return search.judged(label, session, None, error.finding, by_agreement=True)
         except AccuracyError as error:
             return search.judged(label, session, None, str(error))
         logger.info("int8 plan %r passed the gate (%d MatMuls kept float)", label, len(kept))

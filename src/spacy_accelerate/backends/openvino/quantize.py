@@ -5,7 +5,8 @@ transformer preset: SmoothQuant, bias correction, int8 activations and
 per-channel int8 weights). The candidate must pass two gates on the
 calibration documents: the token cosine of the hidden states to PyTorch's
 (:meth:`~spacy_accelerate.options.config.OptimizeConfig.gate`) and the agreement of
-the pipeline's own tags and entities with PyTorch's (the ``judge``).
+every annotation the pipeline sets with PyTorch fp32's (the ``judge``, see
+:mod:`spacy_accelerate.verify.agreement`).
 
 Plans are tried in this order, and the first that passes is served:
 
@@ -59,6 +60,7 @@ import onnx
 import torch
 
 from spacy_accelerate.architectures import DetectedEncoder
+from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
 from spacy_accelerate.backends.openvino.session import (
     DYNAMIC_INT8_GROUP_SIZE,
@@ -81,7 +83,6 @@ from spacy_accelerate.errors import (
     ConversionError,
     NoFasterPlanError,
 )
-from spacy_accelerate.export.layers import nodes_by_layer
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.providers import import_runtime
 from spacy_accelerate.runtime.session import Session
@@ -101,6 +102,27 @@ logger = logging.getLogger("spacy_accelerate")
 def import_nncf() -> Any:
     """NNCF makes OpenVINO's int8 (it comes with the same extra)."""
     return import_runtime("nncf", "NNCF (OpenVINO's int8 needs it)", INSTALL_HINT)
+
+
+def nodes_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[onnx.NodeProto]]:
+    """The nodes of each transformer layer (1-based), found by what the graph's outputs
+    depend on: layer k's nodes feed ``hidden_state_k`` but not ``hidden_state_{k-1}``.
+    No node names are read, so every family's export is split the same way."""
+    producers = {out: node for node in graph.graph.node for out in node.output}
+    ancestors: list[set[int]] = []
+    seen: set[int] = set()  # node identities: a node's name may be empty
+    for name in spec.hidden_state_names:  # each layer's ancestors include the previous ones
+        stack = [name]
+        while stack:
+            node = producers.get(stack.pop())
+            if node is not None and id(node) not in seen:
+                seen.add(id(node))
+                stack.extend(node.input)
+        ancestors.append(set(seen))
+    return {
+        layer: [node for node in graph.graph.node if id(node) in fresh]
+        for layer, fresh in ((k, ancestors[k] - ancestors[k - 1]) for k in range(1, len(ancestors)))
+    }
 
 
 @dataclass(frozen=True)
@@ -151,9 +173,9 @@ class DynamicInt8:
     ``benchmarks/results/openvino_dynamic_int8-trf-base.json``): static int8 3.26x;
     dynamic int8 in groups of 128 2.75x with the rest in bf16, 2.59x in fp32 (2.08x
     with OpenVINO's default groups of 32 and fp32); bf16 1.90x. Smallest token
-    cosine to fp32: 0.99687 static, 0.99989 dynamic. On trf-base's 4,913
-    calibration tags (24 may change under the default gate) static int8 changed
-    38-39, dynamic int8 23 with bf16 and 20 with fp32 (development runs). Larger
+    cosine to fp32: 0.99687 static, 0.99989 dynamic. On trf-base's 4,913 tags of the
+    previous calibration sample, static int8 changed 38-39, dynamic int8 23 with bf16
+    and 20 with fp32 (development runs, before the Wilson rule). Larger
     groups were faster (256: 2.88x with bf16) but changed 38 tags with bf16 and
     24 with fp32, 768 changed 30 with fp32: 128 keeps a margin.
     """
@@ -305,8 +327,9 @@ def quantize_within_gate(
         if problem is None:  # timed before the agreement gate, the expensive one
             timing = race(session, baseline(), items, speed_baseline())
             problem, slower = (None, False) if timing.faster else (timing.finding(), True)
+        disagreed = False
         if problem is None:
-            problem, report = _verdict(report, gate, session, judge)
+            problem, report, disagreed = _verdict(report, gate, session, judge)
         logger.info(
             "OpenVINO int8 plan %r (%s): %s",
             plan.label,
@@ -315,7 +338,7 @@ def quantize_within_gate(
         )
         built[plan.label] = _Built(path, slower, report)
         report = replace(report, compiled_as=compiled_as.describe())
-        return search.judged(plan.label, session, report, problem)
+        return search.judged(plan.label, session, report, problem, by_agreement=disagreed)
 
     chosen = static = attempt(FloatLayers())
     harm = layer_harm(built[static.label].report, detected.spec)  # how static int8 hurts each layer
@@ -394,17 +417,19 @@ def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
 
 def _verdict(
     report: ParityReport, gate: Gate, session: Session, judge: Judge | None
-) -> tuple[str | None, ParityReport]:
-    """Why the candidate is refused (None when it passes both gates), and its report
-    with the pipeline's agreement where it was judged."""
+) -> tuple[str | None, ParityReport, bool]:
+    """Why the candidate is refused (None when it passes both gates), its report with the
+    pipeline's agreement where it was judged, and whether the agreement refused it."""
     if not replace(report, gate=gate).passed:
         return (
             f"{gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
-            f"smallest {report.worst_cosine:.5f})"
-        ), report
+            f"smallest {report.worst_cosine:.5f})",
+            report,
+            False,
+        )
     if judge is not None:
         try:
-            return None, replace(report, agreement=judge(session))
+            return None, replace(report, agreement=judge(session)), False
         except AgreementError as error:
-            return error.finding, report
-    return None, report
+            return error.finding, report, True
+    return None, report, False
