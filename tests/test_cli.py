@@ -240,4 +240,4 @@ def test_optimize_accepts_auto_and_cache_list_shows_plans_and_agreement(
     listed = invoke("cache", "list", "--cache-dir", str(cache_dir)).output
     assert "precision='auto' choice: cpu " in listed
     assert re.search(r"plan: (all MatMuls int8|\d+ MatMuls float: )", listed), listed
-    assert re.search(r"agreement with PyTorch fp32 on the calibration texts: tag \d", listed)
+    assert re.search(r"agreement with PyTorch fp32 on the calibration texts: .*tag \d", listed)
