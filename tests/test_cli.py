@@ -145,6 +145,8 @@ def test_bench_compares_with_pytorch(
         "fp32",
         "--precision",
         "int8",
+        "--precision",
+        "auto",
         "--repeats",
         "1",
         "--output",
@@ -153,8 +155,9 @@ def test_bench_compares_with_pytorch(
     assert result.exit_code == 0, result.output
     assert "PyTorch fp32" in result.output and "cpu fp32" in result.output
     assert "cpu int8" in result.output and "agreement: tag" in result.output
+    assert "cpu auto" in result.output  # the fastest plan that passes, timed like the others
     written = json.loads(report.read_text())
-    assert set(written["variants"]) == {"fp32", "int8"}
+    assert set(written["variants"]) == {"fp32", "int8", "auto"}
     assert written["variants"]["fp32"]["agreement"]["tag"] == 1.0
 
 

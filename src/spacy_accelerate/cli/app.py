@@ -259,6 +259,7 @@ def bench(
     (and accuracy against gold with --gold)."""
     from spacy_accelerate.bench.gold import gold_texts, read_gold, score
     from spacy_accelerate.bench.side_by_side import side_by_side, write_report
+    from spacy_accelerate.verify.agreement import compare
 
     with one_line_errors():
         if texts_file is not None and gold is not None:
@@ -297,7 +298,7 @@ def bench(
         f"  {'PyTorch fp32':22s} {result.pytorch_wps:9,.0f} words/s{against_gold('pytorch')}"
     )
     for name, variant in result.variants.items():
-        rates = ", ".join(f"{k} {variant.agreement.rate(k):.2%}" for k in variant.agreement.same)
+        rates = compare(result.reference, variant.docs).describe()  # as the gate judges
         typer.echo(
             f"  {provider + ' ' + name:22s} {result.wps(name):9,.0f} words/s "
             f"{result.speedup(name):.2f}x  agreement: {rates}{against_gold(name)}"
