@@ -3,7 +3,10 @@ against training, restored, and run in several processes."""
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,11 +175,65 @@ def _torch_module(nlp: Language, name: str = "transformer") -> torch.nn.Module:
     return nlp.get_pipe(name).model.get_ref("transformer").shims[0]._model
 
 
-def test_two_processes_annotate_like_one(roberta: Language, cache_dir: Path, texts: list[str]):
-    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
-    single = [annotations(doc) for doc in roberta.pipe(texts, batch_size=4)]
-    double = [annotations(doc) for doc in roberta.pipe(texts, batch_size=4, n_process=2)]
-    assert double == single
+#: Run in a fresh interpreter: forking pytest's own process (threads of every runtime the
+#: suite has loaded) would put the whole run at risk, not only this test.
+FORKED_WORKERS = """
+import json, multiprocessing, os, sys
+sys.path.insert(0, sys.argv[3])
+import spacy, spacy_accelerate
+from annotations import annotations
+
+nlp = spacy.load(sys.argv[1])
+texts = json.loads(sys.stdin.read())
+spacy_accelerate.optimize(nlp, provider="cpu", cache_dir=sys.argv[2])
+proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+inherited = proxy.session
+
+def work(part):
+    docs = [annotations(doc) for doc in nlp.pipe(part, batch_size=4)]
+    return docs, proxy.session is not inherited, proxy.opened_in == os.getpid()
+
+single = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4)]
+double = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4, n_process=2)]
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    forked = pool.map(work, [texts[::2], texts[1::2]])
+print(json.dumps({
+    "single": single,
+    "double": double,
+    "forked": [docs for docs, _, _ in forked],
+    "reopened": [fresh and own for _, fresh, own in forked],
+    "parent_kept": proxy.session is inherited and proxy.opened_in == os.getpid(),
+}))
+"""
+
+
+def test_forked_workers_open_their_own_session_and_annotate_like_one_process(
+    sample_path: Callable[[str], Path], cache_dir: Path, texts: list[str]
+):
+    # spaCy's n_process (fork on Linux) and a Pool of forked workers: each child opens
+    # the cache entry again instead of running the parent's session, whose runtime
+    # threads stayed in the parent.
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FORKED_WORKERS,
+            str(sample_path("roberta")),
+            str(cache_dir),
+            str(Path(__file__).parent),
+        ],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout.strip().splitlines()[-1])
+    assert found["double"] == found["single"]
+    assert found["forked"][0] == found["single"][::2]
+    assert found["forked"][1] == found["single"][1::2]
+    assert found["reopened"] == [True, True]
+    assert found["parent_kept"]
 
 
 def test_a_pickled_pipeline_reopens_its_cache_entry(

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import singledispatch
@@ -31,7 +33,7 @@ from transformers.utils import ModelOutput
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
 from spacy_accelerate.build.get_or_export import ExportedModel, reopen
-from spacy_accelerate.errors import InferenceOnlyError, UnsupportedArchitectureError
+from spacy_accelerate.errors import CacheError, InferenceOnlyError, UnsupportedArchitectureError
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -45,6 +47,23 @@ RESTORE_HINT = (
     "Call spacy_accelerate.restore(nlp) to put the PyTorch transformer back first, "
     "then optimize() again after training."
 )
+
+
+#: Sessions a forked process inherited from its parent. They are never run there (their
+#: thread pools' workers stayed in the parent) and never destroyed there either: tearing
+#: one down joins thread handles that belong to the parent, which can crash the child
+#: (onnxruntime PR #31961). The fork itself ends, with ``os._exit``, without freeing them.
+_INHERITED: list[Session] = []
+_FORK_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A lock a parent's thread held at the fork stays held in the child: start afresh.
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _unrequested() -> torch.Tensor:
@@ -71,6 +90,8 @@ class AcceleratedModule(torch.nn.Module):
         self.session = session
         self.spec = spec
         self.exported = exported
+        #: The process whose runtime opened ``session`` (see :meth:`_own_session`).
+        self.opened_in = os.getpid()
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
@@ -101,8 +122,33 @@ class AcceleratedModule(torch.nn.Module):
                 for name in names
             ]
         self.spec.check_length(ids.shape[1])
-        outputs = self.session.run_tensors(feeds, names)
+        outputs = self._own_session().run_tensors(feeds, names)
         return [tensor.to(ids.device) for tensor in outputs]
+
+    def _own_session(self) -> Session:
+        """The session, opened in this process. A forked worker (spaCy's ``n_process``
+        on Linux, gunicorn's preload) inherits the parent's session, whose runtime
+        threads did not survive the fork; it opens the same verified cache entry once,
+        as an unpickled proxy does."""
+        if self.opened_in == os.getpid():
+            return self.session
+        with _FORK_LOCK:
+            if self.opened_in != os.getpid():
+                config = self.session.config
+                reopened = reopen(
+                    self.exported, self.original, self.session.provider, config, self.session.layout
+                )
+                if reopened is None:
+                    raise CacheError(
+                        f"This worker process inherited the cached {config.precision.value} "
+                        f"model {self.exported.key[:12]}, which is no longer in the cache. "
+                        "Call spacy_accelerate.optimize(nlp) again before starting workers, "
+                        "and do not clear the cache while they run."
+                    )
+                _INHERITED.append(self.session)
+                self.session, self.exported = reopened
+                self.opened_in = os.getpid()
+        return self.session
 
     # thinc serialises the shim's module through these: saving writes the
     # original PyTorch weights (a faithful pipeline); loading new weights into a
@@ -135,6 +181,7 @@ class AcceleratedModule(torch.nn.Module):
             self.exported,
             *self._rebuild_args(),
         )
+        clone.opened_in = self.opened_in  # a copy made in a fork still holds the parent's
         clone.train(self.training)
         memo[id(self)] = clone
         return clone
