@@ -19,7 +19,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: The stages in dependency order; a module's layer is its first package below
 #: ``spacy_accelerate`` (or its own name, for the few modules at the top).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "errors", "cpu_features"),
+    ("_version", "errors", "cpu_features", "progress"),
     ("options",),
     ("architectures",),
     ("export",),
