@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Each variant's memory is measured in a process of its own (fork + exec): without this,
+# Hugging Face tokenizers warns of parallelism "after a fork" once per child.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from spacy.language import Language  # noqa: E402
 from spacy.scorer import Scorer  # noqa: E402

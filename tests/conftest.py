@@ -81,3 +81,25 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "model-cache"
     monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture()
+def bert_path(sample_path: Callable[[str], Path]) -> Path:
+    """The tiny BERT sample the command-line tests run."""
+    return sample_path("bert")
+
+
+@pytest.fixture()
+def texts_file(tmp_path: Path, ewt_texts: list[str]) -> Path:
+    """Eight EWT documents, one a line, as the command line reads texts."""
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(text.replace("\n", " ") for text in ewt_texts[:8]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def trained_minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One model cache for the trained MiniLM's int8 plan, shared by the demo's test and
+    the int8 acceptance test: the same request, so the second is a cache hit instead of a
+    second search of the plan (about 90 s)."""
+    return tmp_path_factory.mktemp("trained-minilm-cache")

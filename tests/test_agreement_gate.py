@@ -240,7 +240,13 @@ def test_auto_serves_the_fastest_passing_plan_and_a_warm_start_reuses_it(
     seconds = choice["seconds"]
     assert set(seconds) | set(choice["refused"]) == {"cpu fp32", "cpu int8"}
     chosen = f"{choice['chosen']['provider']} {choice['chosen']['precision']}"
-    assert seconds[chosen] == min(seconds.values())  # the fastest that passed
+    fastest = min(seconds, key=seconds.__getitem__)  # the fastest that passed, where a
+    # lossy plan must beat fp32 by LOSSY_MARGIN (int8 by 2% is noise, not a reason)
+    exact = seconds.get("cpu fp32")
+    if fastest != "cpu fp32" and exact is not None:
+        if seconds[fastest] >= exact * (1 - auto_precision.LOSSY_MARGIN):
+            fastest = "cpu fp32"
+    assert chosen == fastest
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
     assert proxy.session.config.precision.value == choice["chosen"]["precision"]
     assert f"precision='auto' chose {chosen}" in caplog.text
@@ -291,7 +297,8 @@ def test_auto_says_why_a_refused_plan_lost(
     with pytest.raises(AgreementError) as refused:
         spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir, min_agreement=0.9999)
     assert re.match(
-        r"11 MatMuls float: \S.*: tag: 9,015 calibration tokens cannot show min_agreement "
+        r"11 of 12 MatMuls kept float: \S.*: tag: 9,015 calibration tokens cannot show "
+        r"min_agreement "
         r"99.99% \(even with none changed, the 95% lower bound is 99.96%; it takes at least "
         r"38,411\)",
         refused.value.finding,
@@ -344,7 +351,7 @@ def test_a_saved_pipeline_keeps_its_bounds_and_its_auto_choice(
     assert searches.count == 1  # loading read the stored choice
     served = spacy_accelerate.accelerated_components(loaded)["transformer"].session.config
     assert (served.provider, served.precision) == (chosen.provider, chosen.precision)
-    assert served.min_agreement == build_config(min_agreement=bounds).min_agreement
+    assert served.min_agreement == build_config("cpu", "auto", min_agreement=bounds).min_agreement
     assert "auto" in (tmp_path / "saved" / "config.cfg").read_text()
 
 

@@ -84,7 +84,10 @@ def test_fallback_never_serves_a_request_this_release_refuses(cpu_only):
         with pytest.raises(InvalidOptionError, match="not available in this release"):
             fallback_chain(build_config(provider, precision, fallback=True))
     # int8 on the GPU is refused, not quietly served as fp32 on the GPU.
-    assert steps(build_config("cpu", "int8", fallback=True)) == [("cpu", "int8", False)]
+    assert steps(build_config("cpu", "int8")) == [("cpu", "int8", False)]
+    # The CPU has nothing to fall back to: fallback=True there is refused, not ignored.
+    with pytest.raises(InvalidOptionError, match=r"fallback=True applies to provider"):
+        build_config("cpu", "int8", fallback=True)
 
 
 def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed, monkeypatch):

@@ -24,11 +24,11 @@ from spacy_accelerate.bench.side_by_side import agreement
 pytestmark = pytest.mark.slow
 
 
-def test_int8_keeps_the_trained_minilm_annotations(samples_root: Path, cache_dir: Path):
+def test_int8_keeps_the_trained_minilm_annotations(samples_root: Path, trained_minilm_cache: Path):
     nlp = spacy.load(ensure_trained_sample(samples_root))
     texts = [doc.text for doc in ewt.load_documents("test", max_sentences=8)]
     reference = list(nlp.pipe(texts, batch_size=64))
-    spacy_accelerate.optimize(nlp, provider="cpu", precision="int8", cache_dir=cache_dir)
+    spacy_accelerate.optimize(nlp, provider="cpu", precision="int8", cache_dir=trained_minilm_cache)
     (proxy,) = spacy_accelerate.accelerated_components(nlp).values()
     assert proxy.session.config.precision.value == "int8"
     assert proxy.exported.parity.worst_cosine >= 0.99

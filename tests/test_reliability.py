@@ -122,7 +122,7 @@ def test_a_verdict_does_not_depend_on_what_the_cache_held(
     roberta: Language, tmp_path: Path, verify: bool
 ):
     shared = tmp_path / "shared"
-    assert _int8_verdict(roberta, shared, 0.9, verify) == "served, plan all MatMuls int8"
+    assert _int8_verdict(roberta, shared, 0.9, verify) == "served, plan every MatMul int8"
     # Bounds just above what the all-int8 plan reached: an empty cache tries the next
     # plans for them; a cache holding the looser entry must give the same verdict.
     reached = _proxy(roberta).exported.parity.worst_cosine

@@ -38,22 +38,33 @@ DEMO_VARIANTS = {
 
 @dataclass
 class BuildProgress:
-    """A progress bar fed by the sample builder's log lines (one per stage or epoch)."""
+    """A progress bar fed by the sample builder's log lines (one per stage or epoch),
+    drawn from the first one: a pipeline already built says nothing, so no bar."""
 
-    bar: tqdm
+    total: int
+    bar: tqdm | None = None
 
     def __call__(self, message: str) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, desc="building minilm-ewt", unit="step", leave=False)
         self.bar.set_postfix_str(message[:60])
         self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def load_demo_pipeline(echo: Echo) -> Language:
     """Build (first run, with a progress bar) or load the minilm-ewt pipeline."""
     # Stages the builder reports: untrained pipeline, encoder pass, each epoch, save.
     stages = DEFAULT_TRAINING.epochs + 3
-    with tqdm(total=stages, desc="building minilm-ewt", unit="step", leave=False) as bar:
-        path = ensure_trained_sample(log=BuildProgress(bar))
-        built = bar.n > 0
+    building = BuildProgress(stages)
+    try:
+        path = ensure_trained_sample(log=building)
+    finally:
+        building.close()
+    built = building.bar is not None
     started = time.perf_counter()
     nlp = spacy.load(path)
     verb = "built and loaded" if built else "loaded"

@@ -4,27 +4,65 @@
 >>> nlp = spacy_accelerate.optimize(spacy.load("en_core_web_trf"), provider="cpu")
 """
 
+from typing import TYPE_CHECKING, Any
+
 from spacy_accelerate._version import __version__
-from spacy_accelerate.api import accelerated_components, is_optimized, optimize, restore
-from spacy_accelerate.cache.listing import CachedModel, cache_size, clear_cache, list_cached
-from spacy_accelerate.cache.store import default_cache_dir
-from spacy_accelerate.errors import (
-    AccuracyError,
-    AgreementError,
-    CacheError,
-    ConversionError,
-    EngineBuildError,
-    InferenceOnlyError,
-    InvalidInputError,
-    InvalidOptionError,
-    NoTransformerError,
-    PrecisionUnavailableError,
-    ProviderUnavailableError,
-    SpacyAccelerateError,
-    UnsupportedArchitectureError,
-)
-from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
-from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
+
+if TYPE_CHECKING:
+    from spacy_accelerate.api import accelerated_components, is_optimized, optimize, restore
+    from spacy_accelerate.cache.listing import CachedModel, cache_size, clear_cache, list_cached
+    from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.errors import (
+        AccuracyError,
+        AgreementError,
+        CacheError,
+        ConversionError,
+        EngineBuildError,
+        InferenceOnlyError,
+        InvalidInputError,
+        InvalidOptionError,
+        NoTransformerError,
+        PrecisionUnavailableError,
+        ProviderUnavailableError,
+        SpacyAccelerateError,
+        UnsupportedArchitectureError,
+    )
+    from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+    from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
+
+#: The module each public name comes from. Names are imported on first use (PEP 562):
+#: ``import spacy_accelerate`` and the command line's ``--help`` stay fast because they do
+#: not import spaCy and torch until something needs them.
+_SOURCES: dict[str, str] = {
+    **dict.fromkeys(
+        ("accelerated_components", "is_optimized", "optimize", "restore"), "spacy_accelerate.api"
+    ),
+    **dict.fromkeys(
+        ("CachedModel", "cache_size", "clear_cache", "list_cached"),
+        "spacy_accelerate.cache.listing",
+    ),
+    "default_cache_dir": "spacy_accelerate.cache.store",
+    **dict.fromkeys(
+        (
+            "AccuracyError",
+            "AgreementError",
+            "CacheError",
+            "ConversionError",
+            "EngineBuildError",
+            "InferenceOnlyError",
+            "InvalidInputError",
+            "InvalidOptionError",
+            "NoTransformerError",
+            "PrecisionUnavailableError",
+            "ProviderUnavailableError",
+            "SpacyAccelerateError",
+            "UnsupportedArchitectureError",
+        ),
+        "spacy_accelerate.errors",
+    ),
+    **dict.fromkeys(("OptimizeConfig", "Precision", "Provider"), "spacy_accelerate.options.config"),
+    **dict.fromkeys(("GpuOptions", "TensorRTOptions"), "spacy_accelerate.options.gpu"),
+}
 
 __all__ = [
     "__version__",
@@ -56,3 +94,19 @@ __all__ = [
     "optimize",
     "restore",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use, and keep it here."""
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -21,6 +21,7 @@ from spacy_accelerate.backends.registry import (
 )
 from spacy_accelerate.build.get_or_export import ExportedModel, get_or_export
 from spacy_accelerate.cache.location import saved_cache_dir
+from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import CacheMissError
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig, Precision, Provider
@@ -127,6 +128,19 @@ def optimize(
     building the same model. ``missing_cache`` says what the pipeline does when it is
     saved or pickled and loaded where its cache entry is missing: ``"rebuild"`` exports it
     again, ``"pytorch"`` runs on PyTorch with a warning (this call always builds).
+
+    An option that no plan of the request would read raises
+    :class:`~spacy_accelerate.errors.InvalidOptionError` naming it, the provider and
+    precision asked for and those that read it: ``tolerance=`` is fp32's;
+    ``min_cosine=``, ``min_agreement=`` and ``calibration_texts=`` the lossy precisions';
+    ``device_id=`` and ``gpu=`` the GPU providers'; ``fallback=True`` needs a provider other
+    than the CPU. ``auto`` (provider or precision) and ``fallback`` read what any plan they
+    may serve reads. A pipeline saved with such an option only logs a warning where it loads.
+
+    Once served, one INFO line per accelerated component on the ``spacy_accelerate`` logger
+    says what serves it: the provider and precision (as ``auto`` chose them), the plan, a
+    cache hit or an export, and the cache key (``transformer runs cpu int8 (every MatMul
+    int8), cache hit, key 1a2b3c4d5e6f``); the proxy's repr shows the same summary.
     """
     given = locals()
     options = OptimizeOptions(**{f.name: given[f.name] for f in fields(OptimizeOptions)})
@@ -196,8 +210,8 @@ def apply_config(
                     verification=verification,
                     build_allowed=build_allowed,
                     exclusive=functools.partial(exclusive, location),
+                    source=PipelineSource.of(nlp.meta, location.component),
                 )
-                _log_plan(location.component, attempt, exported)
                 proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
                 patch(location, proxy)  # 8. patch
                 if attempt.warmup:
@@ -214,22 +228,24 @@ def apply_config(
     else:
         # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
         serve_first(fallback_chain(config), accelerate)
+    for name, proxy in accelerated_components(nlp).items():
+        _log_served(name, proxy.exported)
     _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
     return nlp
 
 
-def _log_plan(component: str, config: OptimizeConfig, exported: ExportedModel) -> None:
-    """Say which plan serves ``component`` and, for a lossy one, how faithful it is."""
-    if exported.agreement is None:
-        return
+def _log_served(component: str, exported: ExportedModel) -> None:
+    """The one line that says what serves ``component`` (the provider and precision
+    ``auto`` chose, the plan, a cache hit or an export, the key) and, for a lossy plan,
+    how faithful it is."""
+    agreement = exported.agreement
     logger.info(
-        "spacy-accelerate: %s runs %s %s%s; agreement with PyTorch fp32 on the calibration "
-        "texts: %s",
+        "spacy-accelerate: %s runs %s%s",
         component,
-        config.provider.value,
-        config.precision.value,
-        f" ({exported.plan})" if exported.plan else "",
-        exported.agreement.describe(),
+        exported.summary,
+        f"; agreement with PyTorch fp32 on the calibration texts: {agreement.describe()}"
+        if agreement is not None
+        else "",
     )
 
 

@@ -3,9 +3,12 @@
 The machines this runs on are shared and noisy, so the reference (PyTorch
 fp32) and every other variant (:mod:`spacy_accelerate.bench.baselines`) are
 measured in one process, alternating, after a warm-up pass each, and the
-median of the repeats is reported as a ratio. All variants are the same
+median of the repeats is reported as a ratio, with the range over the
+repeats so that a noisy run shows as one. All variants are the same
 ``Language`` object switched in place (``restore()``/``optimize()`` cost
-milliseconds once the cache is warm).
+milliseconds once the cache is warm). A variant this machine refuses (a
+precision its gate or its hardware turns down) can be reported as refused
+while the others still run.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from spacy_accelerate.api import accelerated_components
 from spacy_accelerate.bench.baselines import Accelerated, PyTorch, Variant
 from spacy_accelerate.bench.doc_outputs import token_cosines
 
@@ -47,6 +51,9 @@ class VariantResult:
     min_token_cosine: float
     mean_token_cosine: float
     docs: list[Doc] = field(default_factory=list, repr=False, compare=False)
+    #: What actually ran, by transformer component: (provider, precision), e.g.
+    #: ``("openvino", "int8")`` where ``auto`` was asked; empty for a PyTorch variant.
+    served: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,28 +62,61 @@ class SideBySide:
     pytorch_seconds: list[float] = field(default_factory=list)
     variants: dict[str, VariantResult] = field(default_factory=dict)
     reference: list[Doc] = field(default_factory=list, repr=False, compare=False)
+    #: The variants that did not run, with the reason (see ``refusals`` of
+    #: :func:`side_by_side`).
+    failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def pytorch_wps(self) -> float:
         return self.words / statistics.median(self.pytorch_seconds)
 
+    def pytorch_wps_range(self) -> tuple[float, float]:
+        """PyTorch's slowest and fastest pass, in words per second."""
+        return self.words / max(self.pytorch_seconds), self.words / min(self.pytorch_seconds)
+
     def wps(self, variant: str) -> float:
         return self.words / statistics.median(self.variants[variant].seconds)
+
+    def wps_range(self, variant: str) -> tuple[float, float]:
+        """``variant``'s slowest and fastest pass, in words per second."""
+        seconds = self.variants[variant].seconds
+        return self.words / max(seconds), self.words / min(seconds)
 
     def speedup(self, variant: str) -> float:
         """Words per second of ``variant`` over PyTorch's, both medians of the same run."""
         return self.wps(variant) / self.pytorch_wps
 
+    def speedup_range(self, variant: str) -> tuple[float, float]:
+        """The lowest and highest speedup of one pass over PyTorch's pass of the same
+        round: how much the machine's noise moves the ratio."""
+        ratios = [
+            base / seconds
+            for base, seconds in zip(
+                self.pytorch_seconds, self.variants[variant].seconds, strict=True
+            )
+        ]
+        return min(ratios), max(ratios)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "words": self.words,
-            "pytorch": {"seconds": self.pytorch_seconds, "wps": round(self.pytorch_wps, 1)},
+            "pytorch": {
+                "seconds": self.pytorch_seconds,
+                "wps": round(self.pytorch_wps, 1),
+                "wps_range": [round(wps, 1) for wps in self.pytorch_wps_range()],
+            },
             "variants": {
                 name: {
                     "options": result.options,
+                    "served": {
+                        component: {"provider": provider, "precision": precision}
+                        for component, (provider, precision) in result.served.items()
+                    },
                     "seconds": result.seconds,
                     "wps": round(self.wps(name), 1),
+                    "wps_range": [round(wps, 1) for wps in self.wps_range(name)],
                     "speedup_vs_pytorch": round(self.speedup(name), 3),
+                    "speedup_range": [round(ratio, 3) for ratio in self.speedup_range(name)],
                     "agreement": {k: result.agreement.rate(k) for k in result.agreement.same},
                     "tokens": result.agreement.tokens,
                     "min_token_cosine": round(result.min_token_cosine, 6),
@@ -84,6 +124,7 @@ class SideBySide:
                 }
                 for name, result in self.variants.items()
             },
+            "failed": dict(self.failed),
         }
 
 
@@ -113,6 +154,14 @@ def _timed(nlp: Language, texts: Sequence[str], batch_size: int) -> tuple[float,
     return time.perf_counter() - start, docs
 
 
+def _served(nlp: Language) -> dict[str, tuple[str, str]]:
+    """The provider and precision that serve each accelerated component of ``nlp`` now."""
+    return {
+        name: (module.session.provider.provider.value, module.session.config.precision.value)
+        for name, module in accelerated_components(nlp).items()
+    }
+
+
 def side_by_side(
     nlp: Language,
     texts: Sequence[str],
@@ -121,31 +170,52 @@ def side_by_side(
     batch_size: int = 64,
     repeats: int = 3,
     reference: Variant | None = None,
+    refusals: tuple[type[Exception], ...] = (),
 ) -> SideBySide:
     """Time ``nlp.pipe`` on ``reference`` (PyTorch fp32) and on each variant, alternating;
     compare every variant's annotations and last hidden states with the reference's.
 
-    A variant given as a mapping is ``optimize()``'s keyword arguments.
+    A variant given as a mapping is ``optimize()``'s keyword arguments. A variant whose
+    switching raises one of ``refusals`` is left out and its reason kept in
+    :attr:`SideBySide.failed` (the others still run); any other error propagates.
     """
+    if batch_size < 1 or repeats < 1:
+        raise ValueError(f"batch_size and repeats must be 1 or more, got {batch_size}, {repeats}")
     base = reference if reference is not None else PyTorch()
     chosen = {
         name: v if isinstance(v, Variant) else Accelerated(dict(v)) for name, v in variants.items()
     }
     words = sum(len(text.split()) for text in texts)
+    failed: dict[str, str] = {}
+
+    def switched(name: str) -> bool:
+        """Switch ``nlp`` to ``name``'s variant; False (and back to the reference) if it
+        is refused."""
+        try:
+            chosen[name].apply(nlp)
+        except refusals as error:
+            failed[name] = str(error) or type(error).__name__
+            del chosen[name]
+            base.apply(nlp)
+            return False
+        return True
+
     base.apply(nlp)
     _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
     warm: dict[str, list[Doc]] = {}
-    for name, variant in chosen.items():
-        variant.apply(nlp)
-        warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
+    served: dict[str, dict[str, tuple[str, str]]] = {}
+    for name in list(chosen):
+        if switched(name):
+            served[name] = _served(nlp)
+            warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
     base_seconds: list[float] = []
     seconds: dict[str, list[float]] = {name: [] for name in chosen}
     for _ in range(repeats):
         base.apply(nlp)
         base_seconds.append(_timed(nlp, texts, batch_size)[0])
-        for name, variant in chosen.items():
-            variant.apply(nlp)
-            seconds[name].append(_timed(nlp, texts, batch_size)[0])
+        for name in list(chosen):
+            if switched(name):
+                seconds[name].append(_timed(nlp, texts, batch_size)[0])
     base.apply(nlp)
     results = {}
     for name, variant in chosen.items():
@@ -158,9 +228,14 @@ def side_by_side(
             min_token_cosine=float(cosines.min()),
             mean_token_cosine=float(cosines.mean()),
             docs=warm[name],
+            served=served[name],
         )
     return SideBySide(
-        words=words, pytorch_seconds=base_seconds, variants=results, reference=expected
+        words=words,
+        pytorch_seconds=base_seconds,
+        variants=results,
+        reference=expected,
+        failed=failed,
     )
 
 
@@ -176,10 +251,12 @@ def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int) -> dict[s
     return times
 
 
-def write_report(report: dict[str, Any], output: Path | None) -> None:
-    """Print a benchmark's JSON report and, when asked, keep it under ``output``."""
+def write_report(report: dict[str, Any], output: Path | None, *, echo: bool = True) -> None:
+    """Print a benchmark's JSON report (unless ``echo`` is False: a command that prints
+    its own table) and, when asked, keep it under ``output``."""
     text = json.dumps(report, indent=2)
-    print(text)
+    if echo:
+        print(text)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text + "\n")

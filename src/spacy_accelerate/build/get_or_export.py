@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import BuildJob
@@ -35,6 +36,7 @@ from spacy_accelerate.build.references import References
 from spacy_accelerate.build.refusals import raise_recorded_refusal, store_refusal
 from spacy_accelerate.build.storage import stored_as_cache_errors
 from spacy_accelerate.cache.location import saved_cache_dir, search_order
+from spacy_accelerate.cache.provenance import SOURCE_FIELD, PipelineSource, record_use
 from spacy_accelerate.cache.store import CacheEntry, CacheResult, ModelCache
 from spacy_accelerate.errors import (
     AccuracyError,
@@ -95,6 +97,18 @@ class ExportedModel:
     #: A lossy plan: the pipeline's agreement with PyTorch fp32 per annotation on the
     #: calibration texts, as measured when the entry was built.
     agreement: AgreementReport | None = None
+    #: The provider and precision that serve it (``auto`` decided).
+    provider: str | None = None
+    precision: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """What was served, in one short line: ``cpu int8 (every MatMul int8), cache hit,
+        key 1a2b3c4d5e6f`` or ``openvino bf16, exported, key ...``."""
+        served = " ".join(part for part in (self.provider, self.precision) if part) or "model"
+        plan = f" ({self.plan})" if self.plan else ""
+        origin = "cache hit" if self.cache_hit else "exported"
+        return f"{served}{plan}, {origin}, key {self.key[:12]}"
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -170,6 +184,7 @@ def get_or_export(
     verification: Verification | None = None,
     build_allowed: bool = True,
     exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    source: PipelineSource | None = None,
 ) -> tuple[Session, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
@@ -182,7 +197,9 @@ def get_or_export(
     the entry (no pipeline run). Where ``build_allowed`` is false (a saved pipeline told
     not to export where it loads), a missing entry raises :class:`CacheMissError`.
     ``exclusive`` gives the PyTorch module to this thread alone while its reference
-    outputs are computed (see :class:`References`).
+    outputs are computed (see :class:`References`). ``source``: the pipeline and component
+    the model comes from, recorded in the manifest of an entry built here (not in its key).
+    The entry served is marked as used now (see :mod:`~spacy_accelerate.cache.provenance`).
     """
     start = time.perf_counter()
     if buckets is None:
@@ -199,10 +216,11 @@ def get_or_export(
         judge=judge,
         build_allowed=build_allowed,
         references=References(module, detected, exclusive),
+        source=source,
     )
     session, exported = fetch.run(start)
     parity = exported.parity
-    logger.info(
+    logger.debug(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",
         "loaded cached" if exported.cache_hit else "exported",
         config.precision.value,
@@ -235,12 +253,14 @@ class _Fetch:
         judge: Judge | None,
         build_allowed: bool,
         references: References,
+        source: PipelineSource | None = None,
     ) -> None:
         spec = detected.spec
         self.module, self.detected, self.config = module, detected, config
         self.provider, self.cache = provider, cache
         self.verification, self.calibration, self.judge = verification, calibration, judge
         self.build_allowed, self.references = build_allowed, references
+        self.source = source
         self.batches = verification.batches(spec)
         options = _export_options(config, spec, verification, calibration)
         self.inputs = key_inputs(module, spec, options)
@@ -250,7 +270,14 @@ class _Fetch:
         self.gate = config.gate()
         #: The session and report of the model this call built (served on a miss).
         self.built: list[tuple[Session, ParityReport]] = []
-        self.storing = stored_as_cache_errors(self.build, cache.root)
+        self.storing = stored_as_cache_errors(self.build_with_source, cache.root)
+
+    def build_with_source(self, folder: Path) -> dict[str, Any]:
+        """:meth:`build`, its record naming the pipeline and component it came from."""
+        built = self.build(folder)
+        if self.source is not None:
+            built[SOURCE_FIELD] = self.source.as_dict()
+        return built
 
     def build(self, folder: Path) -> dict[str, Any]:
         """Export, build and check the model in ``folder``; what the manifest records of
@@ -259,9 +286,10 @@ class _Fetch:
             raise CacheMissError(self.key)
         config, detected, spec = self.config, self.detected, self.detected.spec
         path = folder / MODEL_FILE
-        hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
-        export_onnx(hf_model, spec, path, opset=config.opset)
-        del hf_model
+        with progress.step(f"exporting the {spec.family} encoder to ONNX"):
+            hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
+            export_onnx(hf_model, spec, path, opset=config.opset)
+            del hf_model
         # The session holds the whole model in memory, so it stays valid after the
         # folder is renamed into the cache: it is served as is.
         calibration = self.calibration
@@ -280,7 +308,9 @@ class _Fetch:
             judge=self.judge,
         )
         try:
-            session, report = backend_for(config.provider).build(job)
+            building = f"building the {config.provider.value} {config.precision.value} model"
+            with progress.step(f"{building} and checking it against PyTorch"):
+                session, report = backend_for(config.provider).build(job)
         except (NoFasterPlanError, AccuracyError) as refusal:
             if not config.calibrated:
                 raise
@@ -334,14 +364,15 @@ class _Fetch:
                 raise _EntryGone from error
             recorded = _recorded(entry).get("spot_check_mean_cosine")
             checked = spot_check_gate(self.gate, recorded)
-        parity = check_parity(
-            self.module,
-            self.detected,
-            session,
-            gate=checked,
-            batches=checked_batches,
-            references=self.references.of(checked_batches),
-        )
+        with progress.step("checking the cached model against PyTorch"):
+            parity = check_parity(
+                self.module,
+                self.detected,
+                session,
+                gate=checked,
+                batches=checked_batches,
+                references=self.references.of(checked_batches),
+            )
         return session, parity
 
     def run(self, start: float) -> tuple[Session, ExportedModel]:
@@ -383,6 +414,7 @@ class _Fetch:
         plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
         if parity is not None and result.hit:  # a hit serves the plan it was built with
             parity = replace(parity, plan=plan, refused=refused)
+        record_use(result.entry)
         return session, ExportedModel(
             key=key,
             path=result.entry.path,
@@ -394,6 +426,8 @@ class _Fetch:
             verification=self.verification,
             compiled_as=built_with.get("compiled_as"),
             agreement=_recorded_agreement(built_with),
+            provider=self.config.provider.value,
+            precision=self.config.precision.value,
         )
 
 
@@ -431,6 +465,7 @@ def reopen(
             if cache.lookup(exported.key, required) == entry:
                 raise
             continue  # removed meanwhile (another process cleared the cache)
+        record_use(entry)
         return session, replace(exported, path=entry.path)
     if config.missing_cache is MissingCache.PYTORCH or config.calibrated:
         return None

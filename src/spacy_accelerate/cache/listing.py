@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spacy_accelerate.cache.provenance import PipelineSource, last_used
 from spacy_accelerate.cache.store import CacheEntry, ModelCache
 
 
 @dataclass(frozen=True)
 class CachedModel:
-    """One exported model in the cache, described from its manifest."""
+    """One exported model in the cache, described from its manifest.
+
+    Entries of earlier releases lack some records: their ``source`` and ``component`` are
+    None; ``last_used`` is None only where the manifest cannot be read."""
 
     key: str
     path: Path
@@ -21,13 +26,50 @@ class CachedModel:
     family: str | None
     provider: str | None
     precision: str | None
-    #: A lossy plan: the plan served (int8's float layers, say), and the pipeline's
-    #: agreement with PyTorch fp32 per annotation on the calibration texts.
+    #: The plan served: int8's (``every MatMul int8``, ``2 of 72 MatMuls kept float:
+    #: ...``, OpenVINO's ``all layers int8``...), ``whole model fp32`` (or bf16, fp16)
+    #: for the other precisions; None for an entry that holds no model (see ``note``).
     plan: str | None = None
+    #: A lossy plan: the pipeline's agreement with PyTorch fp32 per annotation on the
+    #: calibration texts.
     agreement: dict[str, float] | None = None
     #: What the entry holds besides a model: ``precision="auto"``'s stored choice, or a
     #: lossy plan's refusal (its reason).
     note: str | None = None
+    #: The pipeline it was built from, as spaCy names it, and its version
+    #: (``en_core_web_trf 3.8.0``), and the transformer component.
+    source: str | None = None
+    component: str | None = None
+    #: When it was last served (UTC, ISO 8601), its build time if never since.
+    last_used: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """One line: ``cpu int8 (every MatMul int8), en_core_web_trf 3.8.0 transformer,
+        key 1a2b3c4d5e6f``."""
+        served = " ".join(part for part in (self.provider, self.precision) if part) or "?"
+        plan = f" ({self.plan})" if self.plan else ""
+        source = " ".join(part for part in (self.source, self.component) if part)
+        origin = f", {source}" if source else ""
+        return f"{served}{plan}{origin}, key {self.key[:12]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON values (``cache list --json``): every field, the path as a string."""
+        return {
+            "key": self.key,
+            "path": str(self.path),
+            "size_bytes": self.size_bytes,
+            "created": self.created,
+            "last_used": self.last_used,
+            "family": self.family,
+            "provider": self.provider,
+            "precision": self.precision,
+            "plan": self.plan,
+            "source": self.source,
+            "component": self.component,
+            "agreement": dict(self.agreement) if self.agreement is not None else None,
+            "note": self.note,
+        }
 
 
 def _describe(entry: CacheEntry) -> CachedModel:
@@ -38,13 +80,17 @@ def _describe(entry: CacheEntry) -> CachedModel:
     encoder = inputs.get("encoder") or {}
     export = inputs.get("export") or {}
     rates = _rates(built.get("agreement"))
-    note = None
+    note, holds_model = None, True
     if isinstance(built.get("auto_precision"), dict):
         chosen = built["auto_precision"].get("chosen") or {}
         note = f"precision='auto' choice: {chosen.get('provider')} {chosen.get('precision')}"
+        holds_model = False
     elif isinstance(built.get("refusal"), str):
         reason = "not faster than float here" if built["refusal"] == "speed" else "the gate"
         note = f"a refusal ({reason}): no model is served for this request here"
+        holds_model = False
+    precision = export.get("precision")
+    source = PipelineSource.from_built(built)
     return CachedModel(
         key=entry.key,
         path=entry.path,
@@ -52,11 +98,31 @@ def _describe(entry: CacheEntry) -> CachedModel:
         created=entry.created,
         family=encoder.get("family"),
         provider=export.get("provider"),
-        precision=export.get("precision"),
-        plan=built.get("plan") if isinstance(built.get("plan"), str) else None,
+        precision=precision,
+        plan=_plan(built.get("plan"), precision) if holds_model else None,
         agreement=rates,
         note=note,
+        source=source.describe() if source is not None else None,
+        component=source.component if source is not None else None,
+        last_used=last_used(entry.path),
     )
+
+
+#: How earlier releases labelled ONNX Runtime's int8 plans, and how they read now.
+_EARLIER_ALL_INT8 = "all MatMuls int8"
+_EARLIER_KEPT = re.compile(r"^(\d+) MatMuls float: ")
+
+
+def _plan(recorded: Any, precision: Any) -> str | None:
+    """The plan of a model entry: the one its build recorded (int8's), or the whole model
+    in its precision; an earlier release's int8 label as this one words it."""
+    if isinstance(recorded, str) and recorded:
+        if recorded == _EARLIER_ALL_INT8:
+            return "every MatMul int8"
+        return _EARLIER_KEPT.sub(r"\1 MatMuls kept float: ", recorded, count=1)
+    if precision == "int8":
+        return "int8, plan not recorded"
+    return f"whole model {precision}" if isinstance(precision, str) else None
 
 
 def _rates(recorded: Any) -> dict[str, float] | None:

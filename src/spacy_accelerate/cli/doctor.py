@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from spacy_accelerate._version import __version__
 from spacy_accelerate.backends.registry import (
@@ -57,6 +58,24 @@ class Diagnosis:
     cache_bytes: int
     onnxruntime_providers: list[str] = field(default_factory=list)
     cpu: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as ``doctor --json`` prints it (plain JSON types only)."""
+        return {
+            "versions": dict(self.versions),
+            "providers": [
+                {"provider": s.provider.value, "available": s.available, "detail": s.detail}
+                for s in self.providers
+            ],
+            "onnxruntime_providers": list(self.onnxruntime_providers),
+            "cpu": self.cpu,
+            "gpu": self.gpu,
+            "cache": {
+                "dir": str(self.cache_dir),
+                "entries": self.cache_entries,
+                "bytes": self.cache_bytes,
+            },
+        }
 
 
 def _version(module: str) -> str | None:

@@ -11,6 +11,7 @@ defaults (tests hold both to this class). Adding an option: a field here, its ch
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 from spacy_accelerate.errors import InvalidOptionError
 from spacy_accelerate.options.agreement import parse_min_agreement
+from spacy_accelerate.options.applicability import inapplicable
 from spacy_accelerate.options.config import (
     DEFAULT_FP16_MIN_COSINE,
     DEFAULT_GPU_TOLERANCE,
@@ -39,6 +41,8 @@ from spacy_accelerate.options.config import (
     texts_digest,
 )
 from spacy_accelerate.options.gpu import GpuOptions, parse_gpu_options
+
+logger = logging.getLogger("spacy_accelerate")
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,14 @@ def build_config(
     return validate(OptimizeOptions(provider=provider, precision=precision, **options))
 
 
-def validate(options: OptimizeOptions) -> OptimizeConfig:
+def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig:
     """The checked :class:`OptimizeConfig` of ``options``, or an
-    :class:`~spacy_accelerate.errors.InvalidOptionError` naming the keyword to fix."""
+    :class:`~spacy_accelerate.errors.InvalidOptionError` naming the keyword to fix.
+
+    An option that no plan of the request reads (``min_agreement=`` with fp32, say: see
+    :mod:`~.applicability`) is an error too; where the options are ``saved`` with a
+    pipeline (loaded where another provider serves it, or overridden at load) it is only
+    a warning: a pipeline that loaded before must keep loading."""
     tolerance, min_cosine = options.tolerance, options.min_cosine
     min_agreement, threads = options.min_agreement, options.threads
     lock_timeout = options.lock_timeout
@@ -109,6 +118,7 @@ def validate(options: OptimizeOptions) -> OptimizeConfig:
     if problem is not None:
         raise InvalidOptionError(problem)
     texts = _parse_texts(options.calibration_texts)
+    _check_applicable(options, parsed_provider, parsed_precision, gpu_options, saved=saved)
     cache_dir = options.cache_dir
     return OptimizeConfig(
         provider=parsed_provider,
@@ -128,6 +138,50 @@ def validate(options: OptimizeOptions) -> OptimizeConfig:
         lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
         missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
     )
+
+
+def _given(options: OptimizeOptions, gpu: GpuOptions, *, saved: bool) -> list[str]:
+    """The options of ``options`` that only some plans read, where they were given. A saved
+    record holds the GPU options even where they were not given (their defaults): there,
+    only values that differ from the defaults count."""
+    given = [
+        name
+        for name, value in (
+            ("tolerance=", options.tolerance),
+            ("min_cosine=", options.min_cosine),
+            ("min_agreement=", options.min_agreement),
+            ("calibration_texts=", options.calibration_texts),
+        )
+        if value is not None
+    ]
+    if saved:
+        given += ["device_id="] if gpu.device_id != GpuOptions().device_id else []
+        given += ["gpu="] if replace(gpu, device_id=GpuOptions().device_id) != GpuOptions() else []
+    else:
+        given += ["device_id="] if options.device_id is not None else []
+        given += ["gpu="] if options.gpu is not None else []
+    return given + (["fallback=True"] if options.fallback else [])
+
+
+def _check_applicable(
+    options: OptimizeOptions,
+    provider: Provider,
+    precision: Precision,
+    gpu: GpuOptions,
+    *,
+    saved: bool,
+) -> None:
+    """Refuse (warn about, where ``saved``) the options no plan of the request reads."""
+    given = _given(options, gpu, saved=saved)
+    problems = inapplicable(given, provider, precision, bool(options.fallback))
+    if problems and not saved:
+        raise InvalidOptionError(" ".join(problems))
+    for problem in problems:
+        logger.warning(
+            "spacy-accelerate: the options saved with this pipeline include one that does "
+            "not apply where it loads, and it is ignored: %s",
+            problem,
+        )
 
 
 def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -193,7 +247,7 @@ class OptimizeRequest(OptimizeOptions):
         """The validated options for the machine the pipeline loads on, its cache folder
         ``cache_dir`` as the caller resolved it there from :attr:`cache_dir` and
         :attr:`saved_cache_dir` (:func:`spacy_accelerate.cache.location.saved_cache_dir`)."""
-        config = validate(self.options(cache_dir))
+        config = validate(self.options(cache_dir), saved=True)
         if self.calibration_texts is None and self.calibration_sha256 is not None:
             config = replace(
                 config,

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from spacy.language import Language
 
+from spacy_accelerate import progress
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import (
@@ -227,7 +228,9 @@ def _search(
     served: dict[str, tuple[Candidate, list[torch.nn.Module]]] = {}
     refused: dict[str, str] = {}
     unavailable: list[ProviderUnavailableError] = []
-    for candidate in candidates:
+    judging = "precision='auto': building and judging each candidate"
+    for candidate in progress.track(candidates, judging):
+        progress.note(candidate.label)
         try:
             accelerate(_as_request(config, candidate))
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
@@ -250,7 +253,8 @@ def _search(
         raise AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
     texts = timed_texts(source.texts or builtin_texts())
     turns: dict[str, list[float]] = {label: [] for label in served}
-    for _ in range(TURNS):
+    racing = f"precision='auto': racing {', '.join(served)} on the calibration texts"
+    for _ in progress.track(range(TURNS), racing):
         for label, (_candidate, modules) in served.items():
             with ExitStack() as stack:
                 for location, module in zip(locations, modules, strict=True):

@@ -29,6 +29,7 @@ import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.build.get_or_export import ExportedModel
@@ -123,7 +124,7 @@ def record_calls(
         with ExitStack() as stack:
             for other in others:
                 stack.enter_context(scoped(other, other.pytorch_module))
-            docs.extend(annotate(nlp, texts))
+            docs.extend(annotate(nlp, texts, "calibrating: PyTorch fp32 annotates the texts"))
 
     calls = recorded_calls(location, spec, run)
     return calls, tuple(docs)
@@ -264,9 +265,11 @@ def calibration_source(
     return CalibrationSource(nlp, location, spec, texts)
 
 
-def annotate(nlp: Language, texts: Sequence[str]) -> list[Doc]:
-    """``nlp``'s documents for ``texts``, as the gate and the autocast reference run it."""
-    return list(nlp.pipe(texts, batch_size=32))
+def annotate(nlp: Language, texts: Sequence[str], what: str | None = None) -> list[Doc]:
+    """``nlp``'s documents for ``texts``, as the gate and the autocast reference run it;
+    said as the progress step ``what`` where given (not where it is timed)."""
+    docs = nlp.pipe(texts, batch_size=32)
+    return list(docs if what is None else progress.track(docs, what, len(texts)))
 
 
 def autocast_agreement(source: CalibrationSource) -> AgreementReport:
@@ -275,7 +278,9 @@ def autocast_agreement(source: CalibrationSource) -> AgreementReport:
     calibration = source.full
     autocast = AutocastModule(source.location.pytorch_module, "cpu", torch.bfloat16)
     with torch.no_grad(), scoped(source.location, autocast):
-        docs = annotate(source.nlp, calibration.texts)
+        docs = annotate(
+            source.nlp, calibration.texts, "PyTorch bf16 autocast annotates the calibration texts"
+        )
     return compare(calibration.docs, docs)
 
 
@@ -289,7 +294,8 @@ def check_agreement(
     or an :class:`AgreementError` naming the first annotation whose 95% lower bound is
     below its bound in ``bounds`` (or, with ``floor``, that falls further below it than
     :data:`~spacy_accelerate.verify.agreement.AUTOCAST_MARGIN`)."""
-    report = compare(calibration.docs, annotate(nlp, calibration.texts))
+    judging = "judging the plan: the pipeline annotates the calibration texts with it"
+    report = compare(calibration.docs, annotate(nlp, calibration.texts, judging))
     if not report.rates:
         logger.warning(
             "spacy-accelerate: the pipeline sets none of the annotations the agreement gate "

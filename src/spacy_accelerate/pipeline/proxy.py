@@ -195,10 +195,14 @@ class AcceleratedModule(torch.nn.Module):
         return (_reopen, (type(self), *state, *rebuild))
 
     def extra_repr(self) -> str:
+        # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
+        # by an earlier release does not record its provider and precision).
+        exported = self.exported
+        if exported.provider is None:
+            served = self.session.provider.provider.value, self.session.config.precision.value
+            exported = replace(exported, provider=served[0], precision=served[1])
         return (
-            f"family={self.spec.family}, layers={self.spec.num_hidden_layers}, "
-            f"provider={self.session.provider.provider.value}, "
-            f"precision={self.session.config.precision.value}, key={self.exported.key[:12]}"
+            f"{exported.summary}; family={self.spec.family}, layers={self.spec.num_hidden_layers}"
         )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.errors import AccuracyError, AgreementError
 from spacy_accelerate.verify.parity import ParityReport
@@ -57,6 +58,14 @@ class PlanSearch(Generic[S]):
     refused: list[str] = field(default_factory=list)
     #: The refusals the pipeline's agreement decided (annotation, rate and bound).
     disagreements: list[str] = field(default_factory=list)
+    #: How many plans were begun (:meth:`trying`).
+    begun: int = 0
+
+    def trying(self, label: str) -> None:
+        """Say which plan is built and judged now (the progress display, see
+        :mod:`spacy_accelerate.progress`)."""
+        self.begun += 1
+        progress.note(f"plan {self.begun}: {label}")
 
     def judged(
         self,
@@ -71,6 +80,7 @@ class PlanSearch(Generic[S]):
         """Record ``label``'s verdict (a refusal with its reason, the plan named as
         ``described`` where that says more than its label; ``by_agreement``: the
         pipeline's annotations refused it) and return it."""
+        progress.advance()
         if refusal is not None:
             self.refused.append(f"{described or label}: {refusal}")
             if by_agreement:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
 from spacy_accelerate.cpu_features import CpuFeatures
@@ -88,7 +89,7 @@ def prepare(source: Path, target: Path) -> None:
     dynamic mask arithmetic), the step its quantizer expects."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), progress.third_party_output(root_records_of=["onnxruntime"]):
         warnings.simplefilter("ignore")
         quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
 
@@ -128,7 +129,8 @@ def matmul_harm(
 
     reference = outputs(None)
     harm: dict[str, float] = {}
-    for name, switch in switches.items():
+    measuring = "measuring each MatMul's int8 harm on the calibration texts"
+    for name, switch in progress.track(switches.items(), measuring):
         deficits = [
             1.0 - float(np.mean(_cosines(actual, expected)[item.attention_mask.astype(bool)]))
             for item, got, want in zip(rows, outputs(switch), reference, strict=True)
@@ -199,7 +201,7 @@ def quantize_int8(prepared: Path, target: Path, recipe: Int8Recipe, kept: Sequen
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), progress.third_party_output(root_records_of=["onnxruntime"]):
         warnings.simplefilter("ignore")
         quantize_dynamic(
             model_input=str(prepared),
@@ -216,14 +218,17 @@ def quantize_int8(prepared: Path, target: Path, recipe: Int8Recipe, kept: Sequen
     logger.debug("quantized %s to int8 (%s, %d MatMuls kept float)", target.name, recipe, len(kept))
 
 
-def plan_label(kept: Sequence[str]) -> str:
-    """How the manifest and the errors name a plan: the MatMuls kept in float, most
-    harmful first (node names as the export made them)."""
+def plan_label(kept: Sequence[str], total: int | None = None) -> str:
+    """How the manifest, the served summary and the errors name a plan: "every MatMul
+    int8", or the MatMuls kept in float out of the ``total`` with a weight, most harmful
+    first (node names as the export made them): "2 of 72 MatMuls kept float: ..."."""
     if not kept:
-        return "all MatMuls int8"
-    return f"{len(kept)} MatMuls float: " + ", ".join(kept)
+        return "every MatMul int8"
+    out_of = f" of {total}" if total is not None else ""
+    return f"{len(kept)}{out_of} MatMuls kept float: " + ", ".join(kept)
 
 
+@progress.step("ONNX Runtime int8: quantizing and judging plans")
 def quantize_within_gate(
     job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
 ) -> tuple[Session, ParityReport]:
@@ -240,9 +245,11 @@ def quantize_within_gate(
     float_model.unlink()
     search: PlanSearch[Session] = PlanSearch()
     files: dict[str, Path] = {}
+    matmuls: list[int] = []  # how many MatMuls have a weight, once measured
 
     def attempt(kept: tuple[str, ...]) -> Judged[Session]:
-        label = plan_label(kept)
+        label = plan_label(kept, matmuls[0] if matmuls else None)
+        search.trying(f"{len(kept)} MatMuls kept float" if kept else label)
         files[label] = path.with_name(f"plan-{len(files)}-{path.name}")
         quantize_int8(prepared, files[label], recipe, kept)
         session = open_session(files[label])
@@ -260,6 +267,7 @@ def quantize_within_gate(
         if not chosen.passed:
             rows = job.calibration.items if job.calibration is not None else job.batches
             harm = matmul_harm(prepared, rows, recipe)
+            matmuls.append(len(harm))
             ladder = sensitivity_ladder(harm, max(1, len(harm) - 1))
             chosen = bisect_ladder(ladder, attempt) or chosen
         if chosen.passed:

@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.openvino.blobs import SUMS_FILE, checked_blobs
@@ -127,13 +128,15 @@ class OpenVINOBackend(Backend):
         if config.precision is Precision.INT8:
             if job.calibration is None:
                 raise ValueError("OpenVINO's int8 needs calibration inputs")
+            progress.note("PyTorch fp32's hidden states on the calibration items (the reference)")
+            references = job.references(job.calibration.items)
             return quantize_within_gate(
                 job.path,
                 job.module,
                 job.detected,
                 gate=job.gate,
                 calibration=job.calibration,
-                references=job.references(job.calibration.items),
+                references=references,
                 # Candidates keep no compiled blobs: all but one are thrown away.
                 open_session=lambda model: self.compile(
                     model, job.provider, config, job.layout, None

@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ import numpy as np
 import onnx
 import torch
 
+from spacy_accelerate import progress
 from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
@@ -102,6 +104,14 @@ logger = logging.getLogger("spacy_accelerate")
 def import_nncf() -> Any:
     """NNCF makes OpenVINO's int8 (it comes with the same extra)."""
     return import_runtime("nncf", "NNCF (OpenVINO's int8 needs it)", INSTALL_HINT)
+
+
+def quietly() -> AbstractContextManager[None]:
+    """Around NNCF's calls: its progress bars (rich, on stdout) and its INFO tables
+    (logger ``nncf``, also on stdout) reach the user only at
+    :attr:`~spacy_accelerate.progress.Verbosity.VERBOSE`; the library's own progress
+    says what is being done."""
+    return progress.third_party_output("nncf")
 
 
 def nodes_by_layer(graph: onnx.ModelProto, spec: EncoderSpec) -> dict[int, list[onnx.NodeProto]]:
@@ -223,6 +233,7 @@ def dynamic_group_size(model: Any) -> int:
     return size
 
 
+@progress.step("OpenVINO int8: quantizing with NNCF and judging plans")
 def quantize_within_gate(
     onnx_path: Path,
     module: torch.nn.Module,
@@ -262,13 +273,15 @@ def quantize_within_gate(
     built: dict[str, _Built] = {}  # by plan label: what a judged plan left, and its report
 
     def quantize(kept: list[str]) -> Any:
-        return nncf.quantize(
-            float_model,
-            dataset,
-            model_type=nncf.ModelType.TRANSFORMER,
-            subset_size=len(items),
-            ignored_scope=nncf.IgnoredScope(names=kept, validate=False),
-        )
+        progress.note(f"NNCF post-training quantization on {len(items)} calibration items")
+        with quietly():
+            return nncf.quantize(
+                float_model,
+                dataset,
+                model_type=nncf.ModelType.TRANSFORMER,
+                subset_size=len(items),
+                ignored_scope=nncf.IgnoredScope(names=kept, validate=False),
+            )
 
     all_int8 = quantize([])
 
@@ -276,7 +289,11 @@ def quantize_within_gate(
     def compressed_weights() -> Any:
         """Made once for the dynamic plans (one per hint), and only where static int8
         failed: NNCF's weight compression takes seconds on trf-base."""
-        return nncf.compress_weights(float_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
+        progress.note("NNCF weight compression (int8 weights)")
+        with quietly():
+            return nncf.compress_weights(
+                float_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM
+            )
 
     def with_plan(plan: Plan) -> Any:
         """The plan's model; what it records in its IR is how a warm start compiles it."""
@@ -308,6 +325,7 @@ def quantize_within_gate(
         return open_session(path)
 
     def attempt(plan: Plan) -> Judged[OpenVINOSession]:
+        search.trying(plan.label)
         quantized = with_plan(plan)
         path = folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
         ov.save_model(quantized, str(path), compress_to_fp16=False)
@@ -325,6 +343,7 @@ def quantize_within_gate(
         )
         problem, slower = _as_named(plan, compiled_as), False
         if problem is None:  # timed before the agreement gate, the expensive one
+            progress.note(f"racing {_named_plan(plan)} against {speed_baseline()}")
             timing = race(session, baseline(), items, speed_baseline())
             problem, slower = (None, False) if timing.faster else (timing.finding(), True)
         disagreed = False
@@ -387,6 +406,13 @@ def quantize_within_gate(
     )
     session, report = search.served(chosen)
     return session, replace(report, gate=gate)
+
+
+def _named_plan(plan: Plan) -> str:
+    """How a progress note names a plan in a few words."""
+    if isinstance(plan, DynamicInt8):
+        return f"dynamic int8 ({_named(plan.hint)})"
+    return plan.label if not plan.layers else f"{len(plan.layers)} float layers"
 
 
 def _file_stem(plan: Plan) -> str:
