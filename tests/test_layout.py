@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("api",),
     ("__init__",),
     ("bench",),
+    ("ray",),
     ("cli", "__main__"),
 )
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
