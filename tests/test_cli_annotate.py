@@ -14,13 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import ray
 from spacy_accelerate_samples import ewt
 
 from spacy_accelerate.cli import annotate as annotate_cli
 from spacy_accelerate.cli.app import main
-
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.data")
 
 SENTENCES = 50
 SUMMARY = re.compile(r"^(\d+) rows \((\d+) with errors\) in [\d.]+ s, [\d,.]+ rows/s -> (.+)$")

@@ -163,7 +163,6 @@ def test_openvino_int8_says_its_steps_and_keeps_nncf_quiet_unless_verbose(
     said: Callable[[], list[str]],
     capfd: pytest.CaptureFixture[str],
 ):
-    pytest.importorskip("nncf")
     texts = ewt_texts[:20]  # over 1,000 tokens: the fewest calibration texts allowed
     nlp = spacy.load(sample_path("roberta"))
     _int8(nlp, texts, tmp_path / "normal")

@@ -17,17 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
+import spacy
+from spacy.tokens import DocBin
+from spacy.util import import_file
+from spacy_accelerate_samples import ewt
 
-ray = pytest.importorskip("ray")
-
-import spacy  # noqa: E402
-from spacy.tokens import DocBin  # noqa: E402
-from spacy.util import import_file  # noqa: E402
-from spacy_accelerate_samples import ewt  # noqa: E402
-
-import spacy_accelerate  # noqa: E402
-from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError  # noqa: E402
-from spacy_accelerate.ray import FIELDS, annotate  # noqa: E402
+import spacy_accelerate
+from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.ray import FIELDS, annotate
 
 #: Rows of the acceptance test (the issue asks for >= 2,000 UD-EWT test sentences).
 ACCEPTANCE_ROWS = 2000
