@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 import ray
+
+# Importing ray.data configures its log handler, which keeps the sys.stderr of that moment
+# (Ray 2.60's PlainRayHandler): here, at collection, that is pytest's session-long stream,
+# not one test's capsys buffer, closed when that test ends.
+import ray.data  # noqa: F401, E402
 from spacy_accelerate_samples import ewt
 
 from spacy_accelerate.cli import annotate as annotate_cli

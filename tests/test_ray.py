@@ -18,6 +18,11 @@ from typing import Any
 
 import pytest
 import ray
+
+# Importing ray.data configures its log handler, which keeps the sys.stderr of that moment
+# (Ray 2.60's PlainRayHandler): here, at collection, that is pytest's session-long stream,
+# not one test's capsys buffer, closed when that test ends.
+import ray.data  # noqa: F401, E402
 import spacy
 from spacy.tokens import DocBin
 from spacy.util import import_file
