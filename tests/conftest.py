@@ -32,22 +32,21 @@ def private_default_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(autouse=True)
 def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None]:
-    """OpenVINO's int8 plans are raced against the float model
-    (:mod:`spacy_accelerate.backends.openvino.speed`); which wins depends on the CPU, and on
-    the tiny samples int8 seldom does. Tests of the accuracy search are about accuracy:
-    there every candidate runs in half the baseline's time. Tests marked ``real_speed`` race
-    for real, or inject the timing they test."""
+    """Lossy plans are raced against the plans they would replace
+    (:mod:`spacy_accelerate.verify.speed`); which wins depends on the CPU, and on the tiny
+    samples int8 seldom does. Tests of the accuracy search are about accuracy: there every
+    candidate runs in half its rival's time. Tests marked ``real_speed`` race for real, or
+    inject the timing they test."""
     if request.node.get_closest_marker("real_speed") is not None:
         yield
         return
-    from spacy_accelerate.backends.openvino import quantize as openvino_quantize
-    from spacy_accelerate.backends.openvino import speed as openvino_speed
+    from spacy_accelerate.verify import speed
 
-    def faster(candidate, baseline, items, name):
-        return openvino_speed.Race(0.5, 1.0, name, min(len(items), openvino_speed.TIMED_ITEMS))
+    def faster(candidate, baseline, items, name, margin=0.0):
+        return speed.Race(0.5, 1.0, name, min(len(items), speed.TIMED_ITEMS), margin)
 
     with pytest.MonkeyPatch.context() as patched:  # apart from the test's own monkeypatch
-        patched.setattr(openvino_quantize, "race", faster)
+        patched.setattr(speed, "race", faster)
         yield
 
 

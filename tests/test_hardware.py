@@ -60,7 +60,7 @@ def test_each_cpu_gets_its_own_decisions(name: str):
         key = openvino_runtime.openvino_key(Precision.INT8)
         assert key["int8_float_layers"] == ("bf16" if bf16 else "f32")
         assert key["cpu_kernels"] == list(SIMULATED[name].openvino_kernels)
-        assert key["int8_plans"][-1] == f"faster than {EXPECTED[name][3]}"
+        assert f"faster than {EXPECTED[name][3]}" in key["int8_plans"]
 
 
 def test_the_amx_branch_of_every_decision_is_exercised_here():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from spacy_accelerate.cache.store import MANIFEST_NAME
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
 from spacy_accelerate.export.onnx import MODEL_FILE
 from spacy_accelerate.options.request import build_config
+from spacy_accelerate.verify.parity import ParityReport
 
 
 @pytest.fixture()
@@ -44,7 +45,8 @@ def test_int8_quantizes_the_matmuls_and_passes_the_gate(bert: Language, cache_di
     report = proxy.exported.parity
     assert report.gate.min_cosine == 0.99 and report.worst_cosine >= 0.99
     ops = _op_types(proxy.exported.path / MODEL_FILE)
-    assert "MatMulInteger" in ops or "DynamicQuantizeMatMul" in ops, ops
+    # Dynamic int8 (MatMulInteger) or blockwise int8 (MatMulNBits): int8 arithmetic.
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "MatMulNBits"}, ops
     accelerated = last_hidden(bert(text))
     cosine = np.sum(reference * accelerated, axis=1) / (
         np.linalg.norm(reference, axis=1) * np.linalg.norm(accelerated, axis=1)
@@ -64,7 +66,8 @@ def test_int8_and_fp32_are_separate_cache_entries(bert: Language, cache_dir: Pat
 
 def test_a_failed_accuracy_gate_serves_nothing_and_says_why(bert: Language, cache_dir: Path):
     before = last_hidden(bert("The gate refuses this model ."))
-    with pytest.raises(AccuracyError, match=r"token cosine similarity 0\.\d+ < 1\b"):
+    refusal = r"every token's cosine >= 1 not met \(mean cosine 0\.\d+, smallest 0\.\d+\)"
+    with pytest.raises(AccuracyError, match=refusal):
         spacy_accelerate.optimize(
             bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=1.0
         )
@@ -73,7 +76,7 @@ def test_a_failed_accuracy_gate_serves_nothing_and_says_why(bert: Language, cach
     # served again as the same error.
     (entry,) = spacy_accelerate.list_cached(cache_dir)
     assert not (entry.path / MODEL_FILE).exists()
-    with pytest.raises(AccuracyError, match=r"token cosine similarity 0\.\d+ < 1\b"):
+    with pytest.raises(AccuracyError, match=refusal):
         spacy_accelerate.optimize(
             bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=1.0
         )
@@ -105,6 +108,7 @@ def test_the_default_recipe_is_recorded_in_the_cache_key(bert: Language, cache_d
         "per_channel": True,
         "reduce_range": cpu_features().int8_products_saturate,  # what this CPU needs
         "fuse_first": False,
+        "blocks": list(DEFAULT_INT8_RECIPE.blocks),
         "ladder": DEFAULT_INT8_RECIPE.ladder,
     }
 
@@ -143,15 +147,19 @@ def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(
     bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     calls: list[int] = []
-    check = backend_base.check_parity
+    measure = backend_base.BuildJob.measure
 
-    def refuse_the_first(*args: object, **kwargs: object) -> object:
+    def drift_first(job: backend_base.BuildJob, session: object) -> ParityReport:
+        report = measure(job, session)  # type: ignore[arg-type]
         calls.append(1)
-        if len(calls) == 1:
-            raise AccuracyError("pretend the all-int8 model drifted")
-        return check(*args, **kwargs)
+        if len(calls) == 1:  # the all-int8 plan: pretend its tokens drifted
+            return replace(report, min_cosine=tuple(0.5 for _ in report.min_cosine))
+        return report
 
-    monkeypatch.setattr(backend_base, "check_parity", refuse_the_first)
+    monkeypatch.setattr(backend_base.BuildJob, "measure", drift_first)
+    # Dynamic int8 alone, so that its refusal leads to its ladder (no blockwise plans).
+    dynamic_only = replace(recipe_for(cpu_features()), blocks=())
+    monkeypatch.setattr(ort_backend, "int8_recipe", lambda: dynamic_only)
     spacy_accelerate.optimize(bert, provider="cpu", precision="int8", cache_dir=cache_dir)
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
     plan = proxy.exported.parity.plan
@@ -171,7 +179,7 @@ def test_a_plan_refused_by_the_gate_falls_back_to_a_more_careful_one(
     assert len(float_projections) < 12  # two layers of six projections: some stay int8
     recorded = json.loads((proxy.exported.path / "parity.json").read_text())
     assert recorded["plan"] == plan
-    refused = "every MatMul int8: pretend the all-int8 model drifted"
+    refused = "every MatMul int8: every token's cosine >= 0.99 not met"
     assert recorded["refused"][0].startswith(refused)
 
 

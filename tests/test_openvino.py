@@ -22,7 +22,6 @@ from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.openvino import backend as openvino_backend
 from spacy_accelerate.backends.openvino import quantize as openvino_quantize
 from spacy_accelerate.backends.openvino import session as openvino_runtime
-from spacy_accelerate.backends.openvino import speed as openvino_speed
 from spacy_accelerate.backends.openvino.session import IR_FILE, IR_WEIGHTS, OpenVINORunner
 from spacy_accelerate.bench.doc_outputs import token_cosines
 from spacy_accelerate.bench.side_by_side import agreement
@@ -38,6 +37,8 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.pipeline import calibration
+from spacy_accelerate.verify import speed
+from spacy_accelerate.verify.plan_search import SEARCH_RULE, Built, Int8Search, Judged
 from spacy_accelerate.verify.verification import Verification
 
 TEXTS = 32
@@ -301,7 +302,8 @@ def test_dynamic_int8_is_tried_only_where_activations_are_quantized_at_run_time(
         plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
         listed = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic]
         baseline = "bf16" if cpu.bf16 else "fp32"
-        assert plans == ["static int8", *listed, "float layers", f"faster than {baseline}"]
+        static = ["static int8", "static int8, feed-forward outputs float"]
+        assert plans == [*static, *listed, "float layers", f"faster than {baseline}", SEARCH_RULE]
 
 
 def test_openvino_missing_names_the_extra(
@@ -440,33 +442,46 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
         )
 
 
+def _refusing(refuse: Callable[[Built], bool]) -> Callable[[Int8Search, Built], Judged]:
+    """``Int8Search.judged`` that refuses the plans ``refuse`` picks, as the gate would,
+    and judges the others for real."""
+    real = Int8Search.judged
+
+    def judged(search: Int8Search, built: Built) -> Judged:
+        if refuse(built):
+            search.note(f"{built.label}: refused by the test")
+            return Judged(built, "refused by the test", built.report)
+        return real(search, built)
+
+    return judged
+
+
 def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     # On a CPU with bf16 units (simulated: the plan search is what is tested; the numbers
     # are this CPU's own), float layers are tried in bf16 first, then in fp32.
     monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
-    real_verdict = openvino_quantize._verdict
     hints: list[str] = []
 
-    def bf16_fails(report, gate, session, judge):  # as if bf16's own error failed the gate
-        hint = session.settings["INFERENCE_PRECISION_HINT"]  # as requested for the plan
+    def bf16_fails(built: Built) -> bool:  # as if bf16's own error failed the gate
+        hint = built.session.settings["INFERENCE_PRECISION_HINT"]  # as requested for the plan
         hints.append(hint)
-        if len(hints) <= 2 or hint == "bf16":  # static, dynamic, then every bf16 plan
-            return f"refused by the test ({hint})", report, False
-        return real_verdict(report, gate, session, judge)
+        return len(hints) <= 3 or hint == "bf16"  # the whole plans, then every bf16 plan
 
-    monkeypatch.setattr(openvino_quantize, "_verdict", bf16_fails)
+    monkeypatch.setattr(Int8Search, "judged", _refusing(bf16_fails))
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    # Two layers: static int8 (float part bf16), dynamic int8 (f32 only: bf16 input is not
-    # quantized), the one bf16 plan, the one fp32 plan.
-    assert hints == ["bf16", "f32", "bf16", "f32"]
+    # Two layers: static int8 (float part bf16), its feed-forward outputs in float (bf16),
+    # dynamic int8 (f32 only: bf16 input is not quantized), the one bf16 plan, the one
+    # fp32 plan.
+    assert hints == ["bf16", "bf16", "f32", "bf16", "f32"]
     assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
     assert proxy.session.settings["INFERENCE_PRECISION_HINT"] == "f32"
     # The IR carries the precision it was judged in: a warm start compiles it the same way.
-    monkeypatch.setattr(openvino_quantize, "_verdict", real_verdict)
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
@@ -485,20 +500,20 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     if cpu != "this-cpu":
         monkeypatch.setattr(cpu_features_module, "_simulated", [SIMULATED[cpu]])
     offered = openvino_runtime.dynamic_int8_hints(32)
-    real_verdict = openvino_quantize._verdict
     judged: list[str] = []
 
-    def static_fails(report, gate, session, judge):
-        judged.append(_plan_settings(session))
-        if len(judged) == 1:
-            return "refused by the test", report, False
-        return real_verdict(report, gate, session, judge)
+    def static_fails(built: Built) -> bool:  # the whole static plans
+        judged.append(_plan_settings(built.session))
+        plan = built.plan
+        whole = isinstance(plan, openvino_quantize.FloatLayers) and not plan.layers
+        return whole or isinstance(plan, openvino_quantize.FloatFeedForwardOutputs)
 
-    monkeypatch.setattr(openvino_quantize, "_verdict", static_fails)
+    monkeypatch.setattr(Int8Search, "judged", _refusing(static_fails))
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
-    refused = ["all layers int8: refused by the test"]
+    first = openvino_quantize.FloatFeedForwardOutputs(openvino_runtime.float_part_hints()[0])
+    refused = ["all layers int8: refused by the test", f"{first.label}: refused by the test"]
     if not offered:  # no VNNI: dynamic int8 would be int8 weights with float arithmetic
         assert "dynamic" not in proxy.exported.plan
         assert re.fullmatch(r"layers [12] float \((bf16|fp32)\)", proxy.exported.plan)
@@ -507,8 +522,8 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     label = "dynamic int8 (activations per token, groups of 32; the rest fp32)"
     assert proxy.exported.plan == label
     assert "activations quantized at run time" in proxy.exported.compiled_as
-    # Static int8 first, then dynamic int8 with f32 input: the only way it quantizes.
-    assert judged[1:] == ["f32, groups of 32"]
+    # The static plans first, then dynamic int8 with f32 input: the only way it quantizes.
+    assert judged[-1] == "f32, groups of 32" and len(judged) == 3
     # Why the faster plan was not served is on record, in the manifest too.
     assert proxy.exported.refused == tuple(refused)
     entry = spacy_accelerate.cache.store.ModelCache(cache_dir).lookup(proxy.exported.key)
@@ -542,7 +557,7 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
         dynamic = proxy.session.runner.run_whole(batch, [last])[0]
         assert np.abs(plain - dynamic).max() > 1e-4
     # A warm start compiles the stored plan with the settings its IR records.
-    monkeypatch.setattr(openvino_quantize, "_verdict", real_verdict)
+    monkeypatch.setattr(Int8Search, "judged", _refusing(lambda built: False))
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
@@ -687,11 +702,11 @@ def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeli
     assert "tag" in {annotation.value for annotation, _ in whole.agreement.rates}
 
 
-def _timed(candidate_seconds: list[float]) -> Callable[..., openvino_speed.Race]:
+def _timed(candidate_seconds: list[float]) -> Callable[..., speed.Race]:
     """A race whose candidate takes the next of ``candidate_seconds`` (1 s the baseline)."""
 
-    def race(candidate, baseline, items, name):
-        return openvino_speed.Race(candidate_seconds.pop(0), 1.0, name, 4)
+    def race(candidate, baseline, items, name, margin=0.0):
+        return speed.Race(candidate_seconds.pop(0), 1.0, name, 4, margin)
 
     return race
 
@@ -701,14 +716,18 @@ def test_an_int8_plan_not_faster_than_bf16_is_refused_and_never_served(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])  # bf16 units
-    monkeypatch.setattr(openvino_quantize, "race", _timed([2.0, 3.0]))  # static, dynamic
+    # static, its feed-forward outputs float, dynamic; then (fallback=True) ONNX Runtime's
+    # three whole plans, faster than its fp32
+    monkeypatch.setattr(speed, "race", _timed([2.0, 2.5, 3.0, 0.5, 0.5, 0.5]))
     nlp = spacy.load(sample_path("roberta"))
     with pytest.raises(NoFasterPlanError, match="precision='bf16'") as caught:
         spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
     message = str(caught.value)
-    assert "all layers int8: not faster than bf16 on this CPU (2000 ms vs bf16 1000 ms" in message
-    assert "groups of 32; the rest fp32): not faster than bf16 on this CPU (3000 ms" in message
-    assert "float layers: not tried" in message
+    slower = "not faster than openvino bf16 by 5% on this CPU"
+    assert f"all layers int8: {slower} (2000 ms vs openvino bf16 1000 ms" in message
+    assert f"float (bf16): {slower} (2500 ms" in message
+    assert f"groups of 32; the rest fp32): {slower} (3000 ms" in message
+    assert "units back in float: not tried" in message
     assert not spacy_accelerate.is_optimized(nlp)
     # The decision is kept with the entry (keyed by this CPU): a warm start reads it.
     import nncf
@@ -730,13 +749,15 @@ def test_a_faster_plan_is_served_after_a_slower_one_is_refused(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(cpu_features_module, "_simulated", [AMX_XEON])
-    monkeypatch.setattr(openvino_quantize, "race", _timed([1.5, 0.5]))  # static slower, dynamic not
+    # the static plans slower, dynamic not
+    monkeypatch.setattr(speed, "race", _timed([1.5, 1.5, 0.5]))
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
     exported_model = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
     assert exported_model.plan.startswith("dynamic int8")
     assert exported_model.refused[0].startswith(
-        "all layers int8: not faster than bf16 on this CPU (1500 ms vs bf16 1000 ms"
+        "all layers int8: not faster than openvino bf16 by 5% on this CPU (1500 ms vs "
+        "openvino bf16 1000 ms"
     )
 
 
@@ -749,9 +770,9 @@ def test_a_race_alternates_and_compares_medians(monkeypatch: pytest.MonkeyPatch)
         calls.append(session)
         return next(seconds[session])
 
-    monkeypatch.setattr(openvino_speed, "seconds_per_pass", timed)
+    monkeypatch.setattr(speed, "seconds_per_pass", timed)
     items = [EncoderInputs.from_ids(np.ones((1, 4), dtype=np.int64), 0)] * 6
-    result = openvino_speed.race("candidate", "baseline", items, "bf16")
+    result = speed.race("candidate", "baseline", items, "bf16")
     # A warm-up each, then alternating rounds: medians 4 (candidate) and 4 (baseline).
     assert calls == ["candidate", "baseline"] * 4
     assert (result.candidate, result.baseline, result.items) == (4, 4, 4)

@@ -25,7 +25,7 @@ from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
 
 DATA_ENV_VAR = "SPACY_ACCELERATE_DATA"
-SPLITS = ("dev", "test")
+SPLITS = ("train", "dev", "test")
 
 
 def _default_data_dir() -> Path:

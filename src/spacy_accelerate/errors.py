@@ -85,5 +85,11 @@ class NoFasterPlanError(PrecisionUnavailableError):
     int8 is not worth serving here; the message names the precision to use instead."""
 
 
+class OutpacedError(NoFasterPlanError):
+    """Under ``precision="auto"``: no plan of a lossy precision could beat the fastest plan
+    that had already passed, so that precision was not searched further (and nothing was
+    stored: asked for by name, it is searched in full)."""
+
+
 class InvalidInputError(SpacyAccelerateError, ValueError):
     """The pipeline handed the transformer something the model cannot take."""

@@ -26,6 +26,7 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.errors import OutpacedError
 from spacy_accelerate.options.config import OptimizeConfig, Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.buckets import BucketPlan
@@ -33,6 +34,7 @@ from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
+from spacy_accelerate.verify.speed import Rival, races
 
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
 References = Callable[[Sequence[EncoderInputs]], list[list[Any]]]
@@ -58,29 +60,43 @@ class BuildJob:
     #: candidate inside the pipeline (its agreement, or an AgreementError).
     calibration: Calibration | None = None
     judge: Judge | None = None
+    #: Plans a lossy plan must also outrun (``precision="auto"``'s passing ones), raced
+    #: before it is judged; a plan that loses raises :class:`OutpacedError`.
+    rivals: tuple[Rival, ...] = ()
 
     @property
     def spec(self) -> EncoderSpec:
         return self.detected.spec
 
-    def check(self, session: Session) -> ParityReport:
-        """``session`` held to the gate on the build's rows (an AccuracyError if not)."""
+    def check(self, session: Session, gate: Gate | None = None) -> ParityReport:
+        """``session`` held to ``gate`` (the build's by default) on the build's rows (an
+        AccuracyError if not)."""
         return check_parity(
             self.module,
             self.detected,
             session,
-            gate=self.gate,
+            gate=self.gate if gate is None else gate,
             batches=self.batches,
             references=self.references(self.batches),
         )
 
+    def measure(self, session: Session) -> ParityReport:
+        """``session``'s parity on the build's rows, held to no gate (a plan search
+        applies the gate itself)."""
+        return self.check(session, Gate())
+
     def judged(self, session: Session) -> ParityReport:
         """``session`` held to the gate (the token cosine first: it is cheap), then, for
-        a lossy plan, to the pipeline's agreement on the calibration texts (an
-        AccuracyError if either fails)."""
+        a lossy plan, raced against :attr:`rivals` and held to the pipeline's agreement on
+        the calibration texts (an AccuracyError if either fails)."""
         report = self.check(session)
         if self.judge is None:
             return report
+        if self.rivals:
+            items = self.calibration.items if self.calibration is not None else self.batches
+            lost = races(session, self.rivals, items)[-1]
+            if not lost.faster:
+                raise OutpacedError(f"{self.config.precision.value}: {lost.finding()}")
         return replace(report, agreement=self.judge(session))
 
 

@@ -44,6 +44,7 @@ from spacy_accelerate.errors import (
     CacheMissError,
     ConversionError,
     NoFasterPlanError,
+    OutpacedError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, key_inputs
 from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
@@ -55,6 +56,7 @@ from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN, AgreementReport
 from spacy_accelerate.verify.calibration import CalibrationInputs, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
+from spacy_accelerate.verify.speed import Rival
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     load_spot_check,
@@ -185,6 +187,8 @@ def get_or_export(
     build_allowed: bool = True,
     exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
     source: PipelineSource | None = None,
+    rivals: tuple[Rival, ...] = (),
+    references: References | None = None,
 ) -> tuple[Session, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
@@ -200,6 +204,10 @@ def get_or_export(
     outputs are computed (see :class:`References`). ``source``: the pipeline and component
     the model comes from, recorded in the manifest of an entry built here (not in its key).
     The entry served is marked as used now (see :mod:`~spacy_accelerate.cache.provenance`).
+    ``rivals``: plans a lossy build must outrun (``precision="auto"``'s passing ones; a
+    build they outpace raises :class:`OutpacedError`, stored nowhere). ``references``:
+    PyTorch's outputs shared with the other builds of one search (by default, this
+    call's own).
     """
     start = time.perf_counter()
     if buckets is None:
@@ -215,8 +223,9 @@ def get_or_export(
         calibration=calibration,
         judge=judge,
         build_allowed=build_allowed,
-        references=References(module, detected, exclusive),
+        references=references or References(module, detected, exclusive),
         source=source,
+        rivals=rivals,
     )
     session, exported = fetch.run(start)
     parity = exported.parity
@@ -254,13 +263,14 @@ class _Fetch:
         build_allowed: bool,
         references: References,
         source: PipelineSource | None = None,
+        rivals: tuple[Rival, ...] = (),
     ) -> None:
         spec = detected.spec
         self.module, self.detected, self.config = module, detected, config
         self.provider, self.cache = provider, cache
         self.verification, self.calibration, self.judge = verification, calibration, judge
         self.build_allowed, self.references = build_allowed, references
-        self.source = source
+        self.source, self.rivals = source, rivals
         self.batches = verification.batches(spec)
         options = _export_options(config, spec, verification, calibration)
         self.inputs = key_inputs(module, spec, options)
@@ -306,11 +316,14 @@ class _Fetch:
             references=self.references.of,
             calibration=calibration.full if calibration is not None else None,
             judge=self.judge,
+            rivals=self.rivals,
         )
         try:
             building = f"building the {config.provider.value} {config.precision.value} model"
             with progress.step(f"{building} and checking it against PyTorch"):
                 session, report = backend_for(config.provider).build(job)
+        except OutpacedError:
+            raise  # decided by the rivals of this search alone: nothing to keep
         except (NoFasterPlanError, AccuracyError) as refusal:
             if not config.calibrated:
                 raise

@@ -7,10 +7,11 @@ the bound of each: one number for all of them, or a mapping from annotation name
 bound (the others keep their defaults); 1.0 means no unit may change.
 
 The defaults (:data:`DEFAULT_BOUNDS`) and the measurements behind them are in
-``docs/accuracy.md``: tags, part-of-speech, morphology, lemmas and entities 99.5%;
-dependencies (head and label together) 97.0% and sentence starts 99.0%, because a
-transition parser turns one changed decision into several changed arcs (PyTorch's own
-bf16 autocast keeps 97.8% of minilm-ewt's dependencies); span and text categories 99.0%.
+``docs/accuracy.md``: each is below what PyTorch's own bf16 autocast keeps of the reference
+pipeline's annotations (the 95% lower bound of its rate), so a plan as faithful as the
+change a PyTorch user accepts passes; dependencies (head and label together) sit lower
+than tags, because a transition parser turns one changed decision into several changed
+arcs; span and text categories are fewer, larger units.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ DEFAULT_BOUNDS: Mapping[Annotation, float] = {
     Annotation.POS: 0.995,
     Annotation.MORPH: 0.995,
     Annotation.LEMMA: 0.995,
-    Annotation.DEP: 0.97,
-    Annotation.SENT_START: 0.99,
+    Annotation.DEP: 0.98,
+    Annotation.SENT_START: 0.995,
     Annotation.ENT: 0.995,
     Annotation.SPANS: 0.99,
     Annotation.CATS: 0.99,

@@ -4,9 +4,12 @@ The candidates are every precision the provider serves (every usable provider's,
 ``provider="auto"``): fp32, bf16 where the CPU has it, int8, fp16 on a GPU. Each is
 built (or read from the cache) and judged as if asked for by name: a lossy plan must
 keep the pipeline's annotations of the calibration texts (``min_agreement``), fp32 its
-parity. The ones that pass are timed side by side on the calibration texts, in turns,
-and the fastest is served. ``optimize()`` logs the plan that won and why each faster
-one lost.
+parity. The search (:class:`AutoSearch`) stops where a candidate cannot win: the exact
+plans are served first, and every lossy build then races the fastest plans that passed
+before it is judged (an int8 search skips its ladder where its all-int8 plan cannot win;
+see :mod:`~spacy_accelerate.verify.plan_search`). The ones that pass are timed side by
+side on the calibration texts, in turns, and the fastest is served. ``optimize()`` logs
+the plan that won and why each other one lost.
 
 The choice is stored as a cache entry of its own, keyed by everything it depends on:
 the transformers' weights, the pipeline's other components, the calibration texts and
@@ -20,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,7 @@ from spacy_accelerate.errors import (
     AgreementError,
     CacheError,
     ConversionError,
+    NoFasterPlanError,
     ProviderUnavailableError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
@@ -45,6 +49,7 @@ from spacy_accelerate.pipeline.calibration import CalibrationSource, annotate, b
 from spacy_accelerate.pipeline.patch import patch, revert, scoped
 from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.verify.speed import LOSSY_MARGIN, Rival
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -57,6 +62,10 @@ TIMED_TOKENS = 1500
 
 #: Turns of timing; each candidate's fastest turn counts (the first also warms it up).
 TURNS = 2
+
+#: Serves one concrete request on every transformer component (all or nothing), each
+#: component's lossy build racing the rivals named for it.
+Accelerate = Callable[[OptimizeConfig, Mapping[str, tuple[Rival, ...]]], None]
 
 
 @dataclass(frozen=True)
@@ -127,7 +136,7 @@ def choice_inputs(
     usable = on_gpu and torch.cuda.is_available()
     gpu = torch.cuda.get_device_name(config.gpu.device_id or 0) if usable else None
     return {
-        "auto_precision": 1,
+        "auto_precision": 2,  # 2: the pruned search (AutoSearch)
         "candidates": [candidate.label for candidate in candidates],
         "weights_sha256": [weights_digest(location.pytorch_module) for location in locations],
         "judged_by_sha256": source.judged_by,
@@ -150,7 +159,7 @@ def choose(
     locations: Sequence[ShimLocation],
     source: CalibrationSource,
     cache: ModelCache,
-    accelerate: Callable[[OptimizeConfig], None],
+    accelerate: Accelerate,
 ) -> Choice:
     """Serve the stored choice for this request, or search, store and serve one.
     ``accelerate`` serves one concrete request (all components, all or nothing). On any
@@ -161,7 +170,7 @@ def choose(
     found: list[Choice] = []
 
     def search(folder: Path) -> dict[str, Any]:
-        choice = _search(nlp, config, candidates, locations, source, accelerate)
+        choice = AutoSearch(nlp, config, locations, source, accelerate).run(candidates)
         found.append(choice)
         (folder / CHOICE_FILE).write_text(json.dumps(choice.as_dict(), indent=2))
         return {"auto_precision": choice.as_dict()}
@@ -180,7 +189,7 @@ def choose(
             return _chosen(found[0])
         choice = Choice.from_dict(json.loads(result.entry.file(CHOICE_FILE).read_text()))
         try:
-            accelerate(_as_request(config, choice.chosen))
+            accelerate(_as_request(config, choice.chosen), {})
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
             # What was chosen cannot be served here any more (a GPU gone, a refusal): search
             # again rather than fail.
@@ -195,7 +204,7 @@ def choose(
                 return _chosen(found[0])
             # Another process stored a new choice meanwhile: serve that one.
             choice = Choice.from_dict(json.loads(rebuilt.entry.file(CHOICE_FILE).read_text()))
-            accelerate(_as_request(config, choice.chosen))
+            accelerate(_as_request(config, choice.chosen), {})
         else:
             logger.info("spacy-accelerate: the stored choice was reused (no search)")
         return _chosen(choice)
@@ -214,77 +223,167 @@ def _as_request(config: OptimizeConfig, candidate: Candidate) -> OptimizeConfig:
     return replace(config, provider=candidate.provider, precision=candidate.precision)
 
 
-def _search(
-    nlp: Language,
-    config: OptimizeConfig,
-    candidates: Sequence[Candidate],
-    locations: Sequence[ShimLocation],
-    source: CalibrationSource,
-    accelerate: Callable[[OptimizeConfig], None],
-) -> Choice:
-    """Build and judge every candidate, time those that pass (in this thread only: other
-    threads keep annotating with what they run), install the fastest."""
-    previous = [location.module for location in locations]
-    served: dict[str, tuple[Candidate, list[torch.nn.Module]]] = {}
-    refused: dict[str, str] = {}
-    unavailable: list[ProviderUnavailableError] = []
-    judging = "precision='auto': building and judging each candidate"
-    for candidate in progress.track(candidates, judging):
-        progress.note(candidate.label)
+#: The search ``auto`` runs: :class:`AutoSearch`'s pruned one, or every candidate built
+#: and judged in full (``full_search()``, for benchmarks that check both choose alike).
+_FULL_SEARCH: list[bool] = []
+
+
+@contextmanager
+def full_search() -> Iterator[None]:
+    """Within this block, ``auto`` builds and judges every candidate in full, passing no
+    rivals to their builds: what the pruned search must agree with."""
+    _FULL_SEARCH.append(True)
+    try:
+        yield
+    finally:
+        _FULL_SEARCH.pop()
+
+
+def stage(candidate: Candidate) -> int:
+    """The order candidates are tried in: exact plans first (one parity check each), then
+    the lossy plans judged as one model (bf16, fp16), then int8 (a plan search). So a
+    costly search starts only once the cheap plans have set the bar it must clear."""
+    if candidate.precision is Precision.FP32:
+        return 0
+    return 2 if candidate.precision is Precision.INT8 else 1
+
+
+@dataclass
+class Served:
+    """A candidate that passed: the modules it put in the shims and its timed turns."""
+
+    candidate: Candidate
+    modules: list[torch.nn.Module]
+    turns: list[float]
+
+    @property
+    def seconds(self) -> float:
+        return min(self.turns)
+
+    @property
+    def exact(self) -> bool:
+        return self.candidate.precision is Precision.FP32
+
+
+class AutoSearch:
+    """One search of ``precision="auto"``: the candidates served in :func:`stage` order,
+    each lossy one racing the fastest exact plan that passed (by
+    :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`) and the fastest plan that passed
+    (not slower) before it is judged, so a plan that cannot win is never judged, and an
+    int8 search whose all-int8 plan cannot win skips its ladder. Each plan that passes is
+    timed in the pipeline at once, then all of them in turns, and the fastest is served
+    (a lossy one only where it beats the fastest exact one by the margin)."""
+
+    def __init__(
+        self,
+        nlp: Language,
+        config: OptimizeConfig,
+        locations: Sequence[ShimLocation],
+        source: CalibrationSource,
+        accelerate: Accelerate,
+    ) -> None:
+        self.nlp, self.config, self.locations = nlp, config, locations
+        self.accelerate = accelerate
+        self.texts = timed_texts(source.texts or builtin_texts())
+        self.previous = [location.module for location in locations]
+        self.served: dict[str, Served] = {}
+        self.refused: dict[str, str] = {}
+        self.unavailable: list[ProviderUnavailableError] = []
+        self.prune = not _FULL_SEARCH
+
+    def run(self, candidates: Sequence[Candidate]) -> Choice:
+        judging = "precision='auto': building and judging each candidate"
+        for candidate in progress.track(sorted(candidates, key=stage), judging):
+            progress.note(candidate.label)
+            self.serve(candidate)
+        if not self.served:
+            raise self.nothing_served()
+        self.race()
+        seconds = {label: served.seconds for label, served in self.served.items()}
+        winner = self.served[fastest(seconds, self.exact_labels())]
+        for location, module in zip(self.locations, winner.modules, strict=True):
+            if isinstance(module, AcceleratedModule):
+                patch(location, module)
+            else:
+                revert(location, module)
+        return Choice(chosen=winner.candidate, seconds=seconds, refused=self.refused)
+
+    def nothing_served(self) -> ProviderUnavailableError | AccuracyError:
+        tried = "; ".join(f"{label}: {why}" for label, why in self.refused.items())
+        if len(self.unavailable) == len(self.refused):
+            return ProviderUnavailableError(
+                f"precision='auto' found no provider that can run here; tried: {tried}"
+            )
+        return AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
+
+    def exact_labels(self) -> set[str]:
+        return {label for label, served in self.served.items() if served.exact}
+
+    def rivals(self, candidate: Candidate) -> dict[str, tuple[Rival, ...]]:
+        """Per component, what a lossy ``candidate`` must outrun: the fastest exact plan
+        that passed (by the margin) and the fastest plan that passed."""
+        if not self.prune or candidate.precision is Precision.FP32 or not self.served:
+            return {}
+        by_speed = sorted(self.served.values(), key=lambda served: served.seconds)
+        exact = [served for served in by_speed if served.exact]
+        chosen = [(exact[0], LOSSY_MARGIN)] if exact else []
+        if by_speed[0] is not (exact[0] if exact else None):
+            chosen.append((by_speed[0], 0.0))
+        rivals: dict[str, list[Rival]] = {}
+        for served, margin in chosen:
+            for location, module in zip(self.locations, served.modules, strict=True):
+                if isinstance(module, AcceleratedModule):
+                    rival = Rival(served.candidate.label, module.session, margin)
+                    rivals.setdefault(location.component, []).append(rival)
+        return {component: tuple(found) for component, found in rivals.items()}
+
+    def serve(self, candidate: Candidate) -> None:
+        """Serve ``candidate`` as if asked for by name (with its rivals), time it once in
+        the pipeline, and put the previous modules back; a refusal is recorded."""
         try:
-            accelerate(_as_request(config, candidate))
+            self.accelerate(_as_request(self.config, candidate), self.rivals(candidate))
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
-            if isinstance(error, ProviderUnavailableError):
-                unavailable.append(error)
-            refused[candidate.label] = (
+            if isinstance(error, ProviderUnavailableError) and not isinstance(
+                error, NoFasterPlanError
+            ):
+                self.unavailable.append(error)
+            self.refused[candidate.label] = (
                 error.finding if isinstance(error, AgreementError) else str(error)
             )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
-            continue
-        served[candidate.label] = (candidate, [location.module for location in locations])
-        for location, module in zip(locations, previous, strict=True):
+            return
+        modules = [location.module for location in self.locations]
+        self.served[candidate.label] = Served(candidate, modules, [self.timed(modules)])
+        for location, module in zip(self.locations, self.previous, strict=True):
             revert(location, module)
-    tried = "; ".join(f"{label}: {why}" for label, why in refused.items())
-    if not served and len(unavailable) == len(refused):
-        raise ProviderUnavailableError(
-            f"precision='auto' found no provider that can run here; tried: {tried}"
-        )
-    if not served:
-        raise AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
-    texts = timed_texts(source.texts or builtin_texts())
-    turns: dict[str, list[float]] = {label: [] for label in served}
-    racing = f"precision='auto': racing {', '.join(served)} on the calibration texts"
-    for _ in progress.track(range(TURNS), racing):
-        for label, (_candidate, modules) in served.items():
-            with ExitStack() as stack:
-                for location, module in zip(locations, modules, strict=True):
-                    stack.enter_context(scoped(location, module))
-                start = time.perf_counter()
-                annotate(nlp, texts)
-                turns[label].append(time.perf_counter() - start)
-    seconds = {label: min(times) for label, times in turns.items()}
-    winner = _fastest(seconds, {label: c for label, (c, _) in served.items()})
-    for location, module in zip(locations, served[winner][1], strict=True):
-        if isinstance(module, AcceleratedModule):
-            patch(location, module)
-        else:
-            revert(location, module)
-    return Choice(chosen=served[winner][0], seconds=seconds, refused=refused)
+
+    def timed(self, modules: Sequence[torch.nn.Module]) -> float:
+        """Seconds of the pipeline over the timed texts with ``modules`` in the shims (in
+        this thread only: other threads keep annotating with what they run)."""
+        with ExitStack() as stack:
+            for location, module in zip(self.locations, modules, strict=True):
+                stack.enter_context(scoped(location, module))
+            start = time.perf_counter()
+            annotate(self.nlp, self.texts)
+            return time.perf_counter() - start
+
+    def race(self) -> None:
+        """Every passing plan timed again, in turns (the first turn, taken when each was
+        served, also warmed it up); each one's fastest turn counts."""
+        racing = f"precision='auto': racing {', '.join(self.served)} on the calibration texts"
+        for _ in progress.track(range(TURNS - 1), racing):
+            for served in self.served.values():
+                served.turns.append(self.timed(served.modules))
 
 
-#: How much faster a lossy plan must be than the fastest exact (fp32) one to be chosen:
-#: within that, the timing's noise could pick a plan that changes annotations for nothing.
-LOSSY_MARGIN = 0.05
-
-
-def _fastest(seconds: dict[str, float], candidates: dict[str, Candidate]) -> str:
-    """The label of the fastest plan, an exact one unless a lossy one beats it by more
-    than :data:`LOSSY_MARGIN`."""
-    fastest = min(seconds, key=seconds.__getitem__)
-    exact = [label for label in seconds if candidates[label].precision is Precision.FP32]
-    if not exact or candidates[fastest].precision is Precision.FP32:
-        return fastest
-    best_exact = min(exact, key=seconds.__getitem__)
-    if seconds[fastest] < seconds[best_exact] * (1 - LOSSY_MARGIN):
-        return fastest
+def fastest(seconds: dict[str, float], exact: set[str]) -> str:
+    """The label of the fastest plan, an exact one unless a lossy one beats the fastest
+    exact one by more than :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`."""
+    best = min(seconds, key=seconds.__getitem__)
+    timed_exact = [label for label in seconds if label in exact]
+    if not timed_exact or best in exact:
+        return best
+    best_exact = min(timed_exact, key=seconds.__getitem__)
+    if seconds[best] < seconds[best_exact] * (1 - LOSSY_MARGIN):
+        return best
     return best_exact

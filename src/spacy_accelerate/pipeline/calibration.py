@@ -236,11 +236,31 @@ def _head_state(component: Any) -> Iterator[bytes]:
     yield json.dumps(sorted(map(str, getattr(component, "labels", ()) or ()))).encode("utf8")
 
 
-def calibration_for(
-    nlp: Language, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
-) -> CalibrationSource | None:
-    """The calibration of ``config``'s request: every lossy plan has one, fp32 none."""
-    return calibration_source(nlp, location, spec, config) if config.calibrated else None
+class CalibrationSources:
+    """The calibration source of each transformer for one ``optimize()`` call, made once
+    per component and texts: a search over several candidates (``precision="auto"``, a
+    fallback chain) records the texts, running PyTorch over them, only once."""
+
+    def __init__(self, nlp: Language) -> None:
+        self.nlp = nlp
+        self.known: dict[tuple[str, tuple[str, ...] | None, str | None], CalibrationSource] = {}
+
+    def of(
+        self, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
+    ) -> CalibrationSource | None:
+        """The calibration of ``config``'s request: every lossy plan has one, fp32 none."""
+        return self.texts_of(location, spec, config) if config.calibrated else None
+
+    def texts_of(
+        self, location: ShimLocation, spec: EncoderSpec, config: OptimizeConfig
+    ) -> CalibrationSource:
+        """The calibration texts ``config`` names, whatever its precision (``auto`` times
+        its candidates on them)."""
+        texts = tuple(config.calibration_texts) if config.calibration_texts is not None else None
+        key = (location.component, texts, config.calibration_sha256)
+        if key not in self.known:
+            self.known[key] = calibration_source(self.nlp, location, spec, config)
+        return self.known[key]
 
 
 def calibration_source(

@@ -1,28 +1,67 @@
-"""The one search both int8 backends run: candidate plans built and judged in turn.
+"""The one int8 search both backends run: plans raced first, judged in speed order.
 
-A backend lists its candidate plans (ONNX Runtime: all int8, then MatMuls back in float;
-OpenVINO: static int8, dynamic int8, then layers back in float) and says how one is
-built and judged. The fallback ladder is shared (:func:`sensitivity_ladder`): the units
-(MatMuls, layers) whose int8 harms the outputs on the calibration texts most go back to
-float first, and :func:`bisect_ladder` finds the fewest that pass. :class:`PlanSearch`
-keeps what every search must keep: each refused plan with its reason and rates (shown in
-the error and recorded in the cache entry's manifest), the plan served, and the error
-raised when none may be served.
+A backend supplies a :class:`Quantizer`: its whole plans (each made by one quantization:
+ONNX Runtime's dynamic int8; OpenVINO's static and dynamic int8), the float plan it serves
+here (every plan must outrun it, :mod:`.speed`), and its ladders of plans with units back
+in float (ONNX Runtime's MatMuls, OpenVINO's layers), ranked by how much each unit's int8
+harms the outputs on the calibration texts (:func:`sensitivity_ladder`). The search
+(:class:`Int8Search`) is the same for both:
+
+1. every whole plan is built and raced against the rivals (the backend's float plan and,
+   under ``precision="auto"``, the fastest plan that already passed); a plan that loses is
+   never judged;
+2. the winners are judged in speed order (the token cosine, then the pipeline's
+   agreement), and the first that passes is served: every later one is slower;
+3. where none passes, a ladder is searched only if its base (the all-int8 plan, the
+   fastest plan of its ladder, since every float unit costs time) won its race; then
+   :func:`bisect_ladder` finds the fewest float units that pass, and that plan must win
+   its race too. Where the base lost, the ladder and ONNX Runtime's per-MatMul harm
+   measurement are skipped, and the record says so.
+
+Every plan refused, with its reason and rates, is kept (shown in the error and recorded in
+the cache entry's manifest), and the files of every plan but the served one are removed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
 from spacy_accelerate import progress
+from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import AccuracyError, AgreementError
+from spacy_accelerate.cpu_features import cpu_features
+from spacy_accelerate.errors import (
+    AccuracyError,
+    AgreementError,
+    NoFasterPlanError,
+    OutpacedError,
+)
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.calibration import Judge
 from spacy_accelerate.verify.parity import ParityReport
+from spacy_accelerate.verify.speed import LOSSY_MARGIN, Race, Rival, races
 
-S = TypeVar("S")
+logger = logging.getLogger("spacy_accelerate")
+
+#: The search's rule, in both backends' cache keys: a changed search may serve another plan.
+SEARCH_RULE = (
+    f"whole plans raced against the float plan (by {LOSSY_MARGIN:.0%}) and judged fastest "
+    "first; then units back in float by measured harm, bisected, where all-int8 outruns it"
+)
+
+S = TypeVar("S", bound=Session)
 P = TypeVar("P")
+U = TypeVar("U")
+
+
+class PlanUnavailable(Exception):
+    """A whole plan this runtime cannot make here (its message says which and why): the
+    search notes it and goes on with the others."""
 
 
 class Verdict(Protocol):
@@ -36,92 +75,267 @@ V = TypeVar("V", bound=Verdict)
 
 
 @dataclass(frozen=True)
-class Judged(Generic[S]):
-    """One candidate plan, built and judged: its session and parity report (None where
-    the gate refused it before a report was kept), and why it is refused (None: it may
-    be served)."""
+class Built(Generic[S, P]):
+    """A plan's model, written and opened: its session and its parity to PyTorch,
+    measured without a gate (a refused all-int8 model's report still ranks the layers),
+    and, where the backend can tell, what its MatMuls were compiled as."""
 
+    plan: P
     label: str
     session: S
-    report: ParityReport | None
+    report: ParityReport
+    compiled_as: str | None = None
+
+
+@dataclass(frozen=True)
+class Judged(Generic[S, P]):
+    """A built plan and why it is refused (None: it may be served)."""
+
+    built: Built[S, P]
     refusal: str | None = None
+    #: The report, with the pipeline's agreement where it was judged.
+    report: ParityReport | None = None
 
     @property
     def passed(self) -> bool:
         return self.refusal is None
 
 
-@dataclass
-class PlanSearch(Generic[S]):
-    """The record of one search: the refused plans with their reasons, in order."""
+class Quantizer(ABC, Generic[S, P]):
+    """What a backend gives the int8 search: its plans, how one is built, the float plan
+    to beat, and what to tell a user whose model no plan serves."""
 
-    refused: list[str] = field(default_factory=list)
-    #: The refusals the pipeline's agreement decided (annotation, rate and bound).
-    disagreements: list[str] = field(default_factory=list)
-    #: How many plans were begun (:meth:`trying`).
-    begun: int = 0
+    #: What the user can do when no plan passes, in ``optimize()``'s keywords.
+    advice: str = ""
+    #: What to ask for where no int8 plan outruns the float plan (``precision='fp32'``).
+    instead: str = "precision='fp32'"
 
-    def trying(self, label: str) -> None:
-        """Say which plan is built and judged now (the progress display, see
-        :mod:`spacy_accelerate.progress`)."""
-        self.begun += 1
-        progress.note(f"plan {self.begun}: {label}")
+    @abstractmethod
+    def whole_plans(self) -> Sequence[P]:
+        """The plans made by one quantization each, in the order they are built."""
 
-    def judged(
+    @abstractmethod
+    def label(self, plan: P) -> str:
+        """How the manifest, the served summary and the errors name ``plan``."""
+
+    @abstractmethod
+    def build(self, plan: P) -> Built[S, P]:
+        """Write ``plan``'s model and open it, its parity measured without a gate."""
+
+    @abstractmethod
+    def baseline(self) -> Rival:
+        """The float plan this backend serves here, which every int8 plan must outrun."""
+
+    @abstractmethod
+    def ladder_base(self) -> P:
+        """The whole plan whose units the ladders put back in float (all-int8)."""
+
+    @abstractmethod
+    def ladders(self, base: Built[S, P]) -> Iterator[Sequence[P]]:
+        """The ladders after every whole plan was refused, one after another (each
+        nested, for :func:`bisect_ladder`; the next one only where the last one had
+        no plan that passes)."""
+
+    def not_as_named(self, built: Built[S, P]) -> str | None:
+        """Why ``built`` does not compute what its label says here (None: it does)."""
+        return None
+
+    @abstractmethod
+    def serve(self, built: Built[S, P]) -> None:
+        """Make ``built``'s files the ones the cache entry serves."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove every candidate's files (after :meth:`serve`, all but the served)."""
+
+
+class Int8Search(Generic[S, P]):
+    """One search over a :class:`Quantizer`'s plans (see the module's docstring); holds
+    the record: every refused plan with its reason, in order."""
+
+    def __init__(
         self,
-        label: str,
-        session: S,
-        report: ParityReport | None,
-        refusal: str | None,
+        quantizer: Quantizer[S, P],
         *,
-        described: str | None = None,
-        by_agreement: bool = False,
-    ) -> Judged[S]:
-        """Record ``label``'s verdict (a refusal with its reason, the plan named as
-        ``described`` where that says more than its label; ``by_agreement``: the
-        pipeline's annotations refused it) and return it."""
+        gate: Gate,
+        judge: Judge | None,
+        items: Sequence[EncoderInputs],
+        rivals: Sequence[Rival] = (),
+    ) -> None:
+        self.quantizer, self.gate, self.judge, self.items = quantizer, gate, judge, items
+        #: Rivals from outside the backend (``precision="auto"``'s passing plans).
+        self.outside = tuple(rivals)
+        self.refused: list[str] = []
+        self.disagreements: list[str] = []
+        self.begun = 0
+        self.built: dict[str, Built[S, P]] = {}  # by label: each plan is built once
+        self.races: dict[str, list[Race]] = {}  # by label: its races, up to the first lost
+        #: Whether a plan was passed over for speed, and whether by an outside rival.
+        self.outrun = self.outrun_from_outside = False
+
+    @property
+    def rivals(self) -> tuple[Rival, ...]:
+        return (self.quantizer.baseline(), *self.outside)
+
+    # ---------------------------------------------------------------- the steps
+
+    def run(self) -> tuple[S, ParityReport]:
+        """The served plan's session and report (naming it and every refused plan), or
+        the refusal (:meth:`refusal`); every other candidate's files are removed."""
+        try:
+            chosen = self.whole() or self.ladder()
+            if chosen is None:
+                raise self.refusal()
+            self.quantizer.serve(chosen.built)
+        finally:
+            self.quantizer.discard()
+        assert chosen.report is not None
+        logger.info("int8 plan %r served", chosen.built.label)
+        report = replace(
+            chosen.report,
+            plan=chosen.built.label,
+            refused=tuple(self.refused),
+            compiled_as=chosen.built.compiled_as,
+        )
+        return chosen.built.session, report
+
+    def whole(self) -> Judged[S, P] | None:
+        """Step 1 and 2: the whole plans built and raced, the winners judged fastest
+        first; the first that passes, or None."""
+        built: list[Built[S, P]] = []
+        for plan in self.quantizer.whole_plans():
+            try:
+                built.append(self.build(plan))
+            except PlanUnavailable as unavailable:
+                self.note(str(unavailable))
+        winners: list[tuple[float, Built[S, P]]] = []
+        for candidate in built:
+            lost = self.race(candidate)
+            if lost is not None:
+                self.note(f"{candidate.label}: {lost.finding()} (not judged)")
+            else:
+                winners.append((self.speed(candidate), candidate))
+        for _speed, candidate in sorted(winners, key=lambda pair: pair[0]):
+            judged = self.judged(candidate)
+            if judged.passed:
+                return judged
+        return None
+
+    def ladder(self) -> Judged[S, P] | None:
+        """Step 3: the fewest float units that pass, where the ladder's base can win."""
+        base_plan = self.quantizer.ladder_base()
+        base = self.build(base_plan)
+        lost = self.race(base)
+        if lost is not None:
+            self.note(
+                f"units back in float: not tried ({base.label}, the fastest plan of its "
+                f"ladder, was {lost.finding()})"
+            )
+            return None
+        for ladder in self.quantizer.ladders(base):
+            chosen = bisect_ladder(ladder, self.attempt)
+            if chosen is None or not chosen.passed:
+                continue
+            lost = self.race(chosen.built)
+            if lost is None:
+                return chosen
+            self.note(f"{chosen.built.label}: {lost.finding()}")
+            return None  # the next ladder's plans are slower still
+        return None
+
+    # ---------------------------------------------------------------- one plan
+
+    def build(self, plan: P) -> Built[S, P]:
+        """``plan`` built once per search (a whole plan is also its ladder's base)."""
+        label = self.quantizer.label(plan)
+        if label not in self.built:
+            self.begun += 1
+            progress.note(f"plan {self.begun}: {label}")
+            self.built[label] = self.quantizer.build(plan)
+        return self.built[label]
+
+    def race(self, built: Built[S, P]) -> Race | None:
+        """The first race ``built`` loses against the rivals (None: it wins them all);
+        each plan is raced once."""
+        if built.label not in self.races:
+            progress.note(f"racing {built.label}")
+            self.races[built.label] = races(built.session, self.rivals, self.items)
+            lost = self.races[built.label][-1]
+            if not lost.faster:
+                self.outrun = True
+                outside = {rival.name for rival in self.outside}
+                self.outrun_from_outside |= lost.baseline_name in outside
+        last = self.races[built.label][-1]
+        return None if last.faster else last
+
+    def speed(self, built: Built[S, P]) -> float:
+        """``built``'s time relative to the first rival's in their race (smaller is
+        faster): the order the winners are judged in."""
+        first = self.race_record(built)[0]
+        return first.candidate / first.baseline
+
+    def race_record(self, built: Built[S, P]) -> list[Race]:
+        self.race(built)
+        return self.races[built.label]
+
+    def attempt(self, plan: P) -> Judged[S, P]:
+        """A ladder's plan built and judged."""
+        return self.judged(self.build(plan))
+
+    def judged(self, built: Built[S, P]) -> Judged[S, P]:
+        """``built`` held to the token cosine gate, then to the pipeline's agreement."""
         progress.advance()
+        report = replace(built.report, gate=self.gate)
+        refusal = self.quantizer.not_as_named(built)
+        if refusal is None and not report.passed:
+            refusal = (
+                f"{self.gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
+                f"smallest {report.worst_cosine:.5f})"
+            )
+        if refusal is None and self.judge is not None:
+            try:
+                report = replace(report, agreement=self.judge(built.session))
+            except AgreementError as error:
+                refusal = error.finding
+                self.disagreements.append(f"{built.label}: {refusal}")
         if refusal is not None:
-            self.refused.append(f"{described or label}: {refusal}")
-            if by_agreement:
-                self.disagreements.append(f"{described or label}: {refusal}")
-        return Judged(label, session, report, refusal)
+            self.note(f"{built.label}: {refusal}")
+        logger.info("int8 plan %r: %s", built.label, refusal or "passed")
+        return Judged(built, refusal, report)
 
     def note(self, text: str) -> None:
-        """Record a plan that was not tried, and why."""
+        """Record a plan refused or not tried, and why."""
         self.refused.append(text)
 
-    def first_passing(
-        self, plans: Iterable[P], attempt: Callable[[P], Judged[S]]
-    ) -> Judged[S] | None:
-        """The first plan whose attempt passes, or the last failed attempt (None: no plan)."""
-        last: Judged[S] | None = None
-        for plan in plans:
-            last = attempt(plan)
-            if last.passed:
-                return last
-        return last
-
-    def served(self, chosen: Judged[S]) -> tuple[S, ParityReport]:
-        """``chosen``'s session, its report naming the plan and every refused one."""
-        if chosen.report is None:
-            raise ValueError(f"plan {chosen.label!r} was refused; it cannot be served")
-        return chosen.session, replace(
-            chosen.report, plan=chosen.label, refused=tuple(self.refused)
-        )
+    # ---------------------------------------------------------------- refusals
 
     def tried(self) -> str:
         """The refused plans as the error messages list them."""
         return " | ".join(self.refused)
 
-    def no_plan(self, advice: str) -> AccuracyError:
-        """The error when no plan keeps the model within the gate; ``advice`` says what
-        the user can do (in the terms of ``optimize()``'s keywords). An
-        :class:`AgreementError` naming the last plan's annotation, rate and bound where
-        the pipeline's agreement refused plans."""
+    def refusal(self) -> AccuracyError | NoFasterPlanError:
+        """Why no plan may be served: :class:`OutpacedError` where a rival from outside
+        (``auto``'s) passed a plan over (not stored: another request would search on),
+        :class:`NoFasterPlanError` where the plans that could pass were too slow,
+        otherwise an :class:`AgreementError` naming the last plan's annotation, rate and
+        bound (or an :class:`AccuracyError` where the token cosine refused them)."""
+        names = " and ".join(rival.name for rival in self.rivals)
+        if self.outrun_from_outside:
+            return OutpacedError(
+                f"No int8 plan keeps this model within the gate and runs faster than {names} "
+                f"here. Plans tried: {self.tried()}"
+            )
+        if self.outrun and not self.disagreements:
+            baseline = self.quantizer.baseline().name
+            return NoFasterPlanError(
+                f"No int8 plan both keeps this model within the gate and runs faster than "
+                f"{baseline} on this CPU ({cpu_features().describe()}), so no int8 model was "
+                f"served and the pipeline is unchanged. Use {self.quantizer.instead} here. "
+                f"Plans tried: {self.tried()}"
+            )
         message = (
             "No int8 plan keeps this model within the gate, so no int8 model was served and "
-            f"the pipeline is unchanged. {advice} Plans tried: {self.tried()}"
+            f"the pipeline is unchanged. {self.quantizer.advice} Plans tried: {self.tried()}"
         )
         if self.disagreements:
             return AgreementError(message, finding=self.disagreements[-1])
@@ -131,9 +345,9 @@ class PlanSearch(Generic[S]):
 def bisect_ladder(ladder: Sequence[P], attempt: Callable[[P], V]) -> V | None:
     """The attempt at the plan of ``ladder`` with the fewest steps that passes, or the failed
     attempt at its last plan (None for an empty ladder), for ladders of nested plans (each
-    keeps the previous one's layers in float).
+    keeps the previous one's units in float).
 
-    The last plan (the most float layers) is tried first: when even that fails, fewer
+    The last plan (the most float units) is tried first: when even that fails, fewer
     would too, and the refusal costs one attempt. Otherwise bisection finds the fewest
     that pass."""
     if not ladder:
@@ -159,17 +373,6 @@ def layer_harm(report: ParityReport, spec: EncoderSpec) -> list[float]:
     return [hidden[k - 1] - hidden[k] for k in range(1, len(hidden))]
 
 
-def float_layer_ladder(harm: Sequence[float], most: int) -> list[tuple[int, ...]]:
-    """The nested plans after all-int8 was refused, for :func:`bisect_ladder`: the most
-    harmful layer (by ``harm``, 1-based order, see :func:`layer_harm`) back in float,
-    then the two most harmful, ... up to ``most`` layers (each plan's layers sorted)."""
-    by_layer = {layer: value for layer, value in enumerate(harm, start=1)}
-    return [tuple(sorted(plan)) for plan in sensitivity_ladder(by_layer, most)]
-
-
-U = TypeVar("U")
-
-
 def sensitivity_ladder(harm: Mapping[U, float], most: int) -> list[tuple[U, ...]]:
     """The one fallback ladder of int8: the unit (a layer, a MatMul) whose int8 harms
     the calibration texts' outputs most back in float, then the two most harmful, ...
@@ -177,3 +380,10 @@ def sensitivity_ladder(harm: Mapping[U, float], most: int) -> list[tuple[U, ...]
     :func:`bisect_ladder` finds the fewest that pass."""
     ranked = sorted(harm, key=lambda unit: harm[unit], reverse=True)
     return [tuple(ranked[:count]) for count in range(1, min(most, len(ranked)) + 1)]
+
+
+def float_layer_ladder(harm: Sequence[float], most: int) -> list[tuple[int, ...]]:
+    """The nested plans of whole layers (by ``harm``, 1-based, see :func:`layer_harm`)
+    back in float, up to ``most`` layers, each plan's layers sorted."""
+    by_layer = {layer: value for layer, value in enumerate(harm, start=1)}
+    return [tuple(sorted(plan)) for plan in sensitivity_ladder(by_layer, most)]

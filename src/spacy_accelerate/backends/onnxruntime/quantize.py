@@ -1,29 +1,30 @@
-"""int8 for CPUs: ONNX Runtime's dynamic quantization of the exported encoder.
+"""int8 for CPUs: ONNX Runtime's quantization of the exported encoder, as a plan search.
 
-Weights of the projection MatMuls become int8 (one scale per output channel
-by default: per tensor loses far more on real checkpoints, for the same
-speed); activations are quantized on the fly. Embedding lookups, layer
-norms, softmax and the attention products stay float.
+Two kinds of plan (:mod:`~spacy_accelerate.verify.plan_search` races and judges them):
 
-Some checkpoints carry outlier activations that one scale for a whole activation
-tensor cannot keep (all-MiniLM-L6-v2's feed-forward outputs do), and a pipeline's heads
-may turn a small change into a changed tag. So quantization is a plan search
-(:func:`quantize_within_gate`): all MatMuls in int8 first; where the pipeline's
-annotations of the calibration texts then change more than ``min_agreement`` allows, the
-MatMuls whose int8 harms their outputs on the calibration texts most
-(:func:`matmul_harm`) go back to float, the fewest that pass found by bisection on the
-ladder shared with OpenVINO (:func:`~spacy_accelerate.verify.plan_search.sensitivity_ladder`;
-OpenVINO's units are whole layers). MatMuls, not layers, because the harm concentrates:
-on minilm-ewt, five of six layers back in float still changed 1.8% of the calibration
-tags, the one layer left in int8 holding the outlier feed-forward output.
+- **dynamic int8** (:class:`KeptFloat`, ``quantize_dynamic``): the weights of the
+  projection MatMuls int8, one scale per output channel; each activation quantized on the
+  fly with one scale for the whole tensor. The fastest, but one scale cannot follow the
+  outlier channels of a real checkpoint's activations (all-MiniLM-L6-v2's feed-forward
+  outputs carry them), so the pipeline's annotations can change. It is the ladder's base:
+  the MatMuls whose int8 harms the calibration texts' outputs most (:func:`matmul_harm`)
+  go back to float.
+- **blockwise int8** (:class:`Blockwise`, ``MatMulNBits`` with 8-bit weights and
+  ``accuracy_level`` 4): int8 weights with a scale per block of input channels, and each
+  token's activations quantized at run time per block too, multiplied in int8. Per-token,
+  per-block scales follow the outliers that one scale per tensor cannot, for less speed.
+
+Embedding lookups, layer norms, softmax and the attention products stay float. Measured
+figures: ``docs/accuracy.md`` and ``benchmarks/results/``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,17 +34,20 @@ import onnx
 
 from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
+from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, graph_plan, optimize_graph
 from spacy_accelerate.cpu_features import CpuFeatures
-from spacy_accelerate.errors import AccuracyError, AgreementError
+from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.plan_search import (
-    Judged,
-    PlanSearch,
-    bisect_ladder,
+    SEARCH_RULE,
+    Built,
+    Int8Search,
+    PlanUnavailable,
+    Quantizer,
     sensitivity_ladder,
 )
+from spacy_accelerate.verify.speed import Rival
 
 if TYPE_CHECKING:  # the backend interface names this module's plan search
     from spacy_accelerate.backends.base import BuildJob
@@ -62,9 +66,11 @@ class Int8Recipe:
     reduce_range: bool = False
     #: Apply ONNX Runtime's transformer fusions (fused attention) before quantizing.
     fuse_first: bool = False
-    #: How the plans after all-int8 are found (part of the key: a changed search may
-    #: serve another plan).
-    ladder: str = "MatMuls back in float by measured harm, bisected"
+    #: The block sizes of the blockwise plans, coarsest (fastest) first.
+    blocks: tuple[int, ...] = (128, 32)
+    #: How the plans are searched (part of the key: a changed search may serve another
+    #: plan).
+    ladder: str = SEARCH_RULE
 
 
 DEFAULT_INT8_RECIPE = Int8Recipe()
@@ -218,69 +224,144 @@ def quantize_int8(prepared: Path, target: Path, recipe: Int8Recipe, kept: Sequen
     logger.debug("quantized %s to int8 (%s, %d MatMuls kept float)", target.name, recipe, len(kept))
 
 
+@dataclass(frozen=True)
+class KeptFloat:
+    """A dynamic int8 plan: every MatMul with a weight int8 but those named in ``kept``."""
+
+    kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Blockwise:
+    """A blockwise int8 plan: every MatMul with a weight in 8-bit blocks of
+    ``block_size`` input channels, activations per token and block at run time."""
+
+    block_size: int
+
+
+OrtPlan = KeptFloat | Blockwise
+
+
 def plan_label(kept: Sequence[str], total: int | None = None) -> str:
-    """How the manifest, the served summary and the errors name a plan: "every MatMul
-    int8", or the MatMuls kept in float out of the ``total`` with a weight, most harmful
-    first (node names as the export made them): "2 of 72 MatMuls kept float: ..."."""
+    """How the manifest, the served summary and the errors name a dynamic plan: "every
+    MatMul int8", or the MatMuls kept in float out of the ``total`` with a weight, most
+    harmful first (node names as the export made them): "2 of 72 MatMuls kept float: ..."."""
     if not kept:
         return "every MatMul int8"
     out_of = f" of {total}" if total is not None else ""
     return f"{len(kept)}{out_of} MatMuls kept float: " + ", ".join(kept)
 
 
-@progress.step("ONNX Runtime int8: quantizing and judging plans")
+def blockwise_label(block_size: int) -> str:
+    return f"every MatMul int8 in blocks of {block_size}, activations per token (MatMulNBits)"
+
+
+def quantize_blockwise(prepared: Path, target: Path, block_size: int) -> None:
+    """Write the blockwise int8 version of the prepared model to ``target``
+    (ONNX Runtime's ``MatMulNBitsQuantizer``: 8 bits, symmetric, int8 arithmetic)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    with warnings.catch_warnings(), progress.third_party_output(root_records_of=["onnxruntime"]):
+        warnings.simplefilter("ignore")
+        quantizer = MatMulNBitsQuantizer(
+            onnx.load(str(prepared)),
+            bits=8,
+            block_size=block_size,
+            is_symmetric=True,
+            accuracy_level=4,  # int8 arithmetic: activations quantized per block
+        )
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(target), False)
+
+
+class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
+    """ONNX Runtime's plans for the int8 search: dynamic int8 and the blockwise plans are
+    whole plans, each quantized from the prepared model; the float plan to beat is the fp32
+    model ONNX Runtime serves (fused); the ladder's units are dynamic int8's MatMuls,
+    ranked by :func:`matmul_harm`, measured only where the ladder is searched."""
+
+    advice = (
+        "Use precision='fp32', calibrate on texts like yours (calibration_texts=...), or "
+        "lower min_agreement (or min_cosine) if less accuracy is enough for you."
+    )
+
+    def __init__(
+        self, job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
+    ) -> None:
+        self.job, self.recipe, self.open_session = job, recipe, open_session
+        path = job.path
+        self.float_model = path.with_name(f"float-{path.name}")
+        self.prepared = path.with_name(f"prepared-{path.name}")
+        os.replace(path, self.float_model)
+        if recipe.fuse_first:
+            optimize_graph(self.float_model, job.spec, GraphPlan(fuse=True))
+        prepare(self.float_model, self.prepared)
+        self.files: dict[str, Path] = {}
+        self.matmuls: int | None = None  # how many MatMuls have a weight, once measured
+        self._baseline: Rival | None = None
+
+    def whole_plans(self) -> Sequence[OrtPlan]:
+        return [KeptFloat(), *(Blockwise(size) for size in self.recipe.blocks)]
+
+    def label(self, plan: OrtPlan) -> str:
+        if isinstance(plan, Blockwise):
+            return blockwise_label(plan.block_size)
+        return plan_label(plan.kept, self.matmuls)
+
+    def build(self, plan: OrtPlan) -> Built[Session, OrtPlan]:
+        label = self.label(plan)
+        target = self.files[label] = self.job.path.with_name(f"plan-{len(self.files)}-model.onnx")
+        if isinstance(plan, Blockwise):
+            try:
+                quantize_blockwise(self.prepared, target, plan.block_size)
+                session = self.open_session(target)
+            except Exception as error:  # an ONNX Runtime without 8-bit MatMulNBits
+                raise PlanUnavailable(f"{label}: not available here ({error})") from error
+        else:
+            quantize_int8(self.prepared, target, self.recipe, plan.kept)
+            session = self.open_session(target)
+        return Built(plan, label, session, self.job.measure(session))
+
+    def baseline(self) -> Rival:
+        """The fp32 model this provider serves (the exported graph, fused)."""
+        if self._baseline is None:
+            fused = self.job.path.with_name("baseline-model.onnx")
+            shutil.copyfile(self.float_model, fused)
+            optimize_graph(fused, self.job.spec, graph_plan(Provider.CPU, Precision.FP32))
+            self.files["baseline"] = fused
+            self._baseline = Rival("cpu fp32", self.open_session(fused))
+        return self._baseline
+
+    def ladder_base(self) -> OrtPlan:
+        return KeptFloat()
+
+    def ladders(self, base: Built[Session, OrtPlan]) -> Iterator[Sequence[OrtPlan]]:
+        job = self.job
+        rows = job.calibration.items if job.calibration is not None else job.batches
+        harm = matmul_harm(self.prepared, rows, self.recipe)
+        self.matmuls = len(harm)
+        yield [KeptFloat(kept) for kept in sensitivity_ladder(harm, max(1, len(harm) - 1))]
+
+    def serve(self, built: Built[Session, OrtPlan]) -> None:
+        os.replace(self.files.pop(built.label), self.job.path)
+
+    def discard(self) -> None:
+        for leftover in (self.float_model, self.prepared, *self.files.values()):
+            leftover.unlink(missing_ok=True)
+
+
+@progress.step("ONNX Runtime int8: quantizing, racing and judging plans")
 def quantize_within_gate(
     job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
 ) -> tuple[Session, ParityReport]:
-    """Quantize the fp32 model at ``job.path`` with the plan with the fewest float MatMuls
-    that passes the gate (token cosine, then the pipeline's agreement), written to
-    ``job.path``; the float model and the other candidates are removed either way."""
-    path, spec = job.path, job.spec
-    float_model = path.with_name(f"float-{path.name}")
-    prepared = path.with_name(f"prepared-{path.name}")
-    os.replace(path, float_model)
-    if recipe.fuse_first:
-        optimize_graph(float_model, spec, GraphPlan(fuse=True))
-    prepare(float_model, prepared)
-    float_model.unlink()
-    search: PlanSearch[Session] = PlanSearch()
-    files: dict[str, Path] = {}
-    matmuls: list[int] = []  # how many MatMuls have a weight, once measured
-
-    def attempt(kept: tuple[str, ...]) -> Judged[Session]:
-        label = plan_label(kept, matmuls[0] if matmuls else None)
-        search.trying(f"{len(kept)} MatMuls kept float" if kept else label)
-        files[label] = path.with_name(f"plan-{len(files)}-{path.name}")
-        quantize_int8(prepared, files[label], recipe, kept)
-        session = open_session(files[label])
-        try:
-            report = job.judged(session)
-        except AgreementError as error:
-            return search.judged(label, session, None, error.finding, by_agreement=True)
-        except AccuracyError as error:
-            return search.judged(label, session, None, str(error))
-        logger.info("int8 plan %r passed the gate (%d MatMuls kept float)", label, len(kept))
-        return search.judged(label, session, report, None)
-
-    try:
-        chosen = attempt(())
-        if not chosen.passed:
-            rows = job.calibration.items if job.calibration is not None else job.batches
-            harm = matmul_harm(prepared, rows, recipe)
-            matmuls.append(len(harm))
-            ladder = sensitivity_ladder(harm, max(1, len(harm) - 1))
-            chosen = bisect_ladder(ladder, attempt) or chosen
-        if chosen.passed:
-            os.replace(files[chosen.label], path)
-    finally:
-        for leftover in (prepared, *files.values()):
-            leftover.unlink(missing_ok=True)
-    if not chosen.passed:
-        raise search.no_plan(
-            "Use precision='fp32', calibrate on texts like yours (calibration_texts=...), or "
-            "lower min_agreement (or min_cosine) if less accuracy is enough for you."
-        )
-    return search.served(chosen)
+    """Quantize the fp32 model at ``job.path`` with the fastest plan that passes the
+    gate (token cosine, then the pipeline's agreement) and outruns the fp32 model (and
+    ``job.rivals``), written to ``job.path``; the float model and the other candidates
+    are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
+    quantizer = OnnxRuntimeQuantizer(job, recipe, open_session)
+    items = job.calibration.items if job.calibration is not None else job.batches
+    search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, rivals=job.rivals)
+    return search.run()
 
 
 __all__ = ["DEFAULT_INT8_RECIPE", "Int8Recipe", "quantize_int8", "recipe_for"]

@@ -142,6 +142,7 @@ class OpenVINOBackend(Backend):
                     model, job.provider, config, job.layout, None
                 ),
                 judge=job.judge,
+                rivals=job.rivals,
             )
         ir = convert_to_ir(job.path, job.path.parent)  # converting costs seconds on every load
         job.path.unlink()

@@ -48,7 +48,6 @@ so each plan is compiled again, on a warm start, exactly as it was judged.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -78,25 +77,20 @@ from spacy_accelerate.backends.openvino.session import (
     import_openvino,
     speed_baseline,
 )
-from spacy_accelerate.backends.openvino.speed import race
-from spacy_accelerate.cpu_features import cpu_features
-from spacy_accelerate.errors import (
-    AgreementError,
-    ConversionError,
-    NoFasterPlanError,
-)
+from spacy_accelerate.errors import ConversionError
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.providers import import_runtime
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.plan_search import (
-    Judged,
-    PlanSearch,
-    bisect_ladder,
+    Built,
+    Int8Search,
+    Quantizer,
     float_layer_ladder,
     layer_harm,
 )
+from spacy_accelerate.verify.speed import Rival
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -201,12 +195,26 @@ class DynamicInt8:
         )
 
 
+@dataclass(frozen=True)
+class FloatFeedForwardOutputs:
+    """A quantization plan: static int8 but for each layer's feed-forward output MatMul
+    (its last MatMul with a weight), left in float in the OpenVINO hint ``hint``: that
+    MatMul reads the GELU of the widest activations, where a real checkpoint's outliers
+    sit, and writes the residual stream every later layer reads."""
+
+    hint: str = "f32"
+
+    @property
+    def label(self) -> str:
+        return f"static int8, feed-forward outputs float ({_named(self.hint)})"
+
+
 def _named(hint: str) -> str:
     """How a plan's label names the OpenVINO hint its float part runs in."""
     return "bf16" if hint == "bf16" else "fp32"
 
 
-Plan = FloatLayers | DynamicInt8
+Plan = FloatLayers | FloatFeedForwardOutputs | DynamicInt8
 
 
 def dynamic_group_size(model: Any) -> int:
@@ -233,30 +241,161 @@ def dynamic_group_size(model: Any) -> int:
     return size
 
 
-@progress.step("OpenVINO int8: quantizing with NNCF and judging plans")
-def quantize_within_gate(
-    onnx_path: Path,
-    module: torch.nn.Module,
-    detected: DetectedEncoder,
-    *,
-    gate: Gate,
-    calibration: Calibration,
-    references: list[list[np.ndarray]],
-    open_session: Callable[[Path], OpenVINOSession],
-    judge: Judge | None = None,
-) -> tuple[Session, ParityReport]:
-    """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
-    plan with the fewest float layers that passes ``gate`` and ``judge`` (the pipeline's
-    agreement), judged against ``references`` (PyTorch's outputs on the calibration
-    items); then the ONNX file and every other candidate are removed (on a refusal
-    the cache removes the whole build folder)."""
-    ov, nncf = import_openvino(), import_nncf()
-    float_model = ov.convert_model(str(onnx_path))
-    names = [port.any_name for port in float_model.inputs]
-    dataset = nncf.Dataset([item.feeds(names) for item in calibration.items])
-    by_layer = nodes_by_layer(onnx.load(str(onnx_path), load_external_data=False), detected.spec)
-    # OpenVINO fuses some nodes away (the attention scores' MatMul); a plan names those it
-    # has. A layer with no MatMul left would be "kept in float" while NNCF quantizes it.
+class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
+    """OpenVINO's plans for the int8 search: static int8 (NNCF, every MatMul) and dynamic
+    int8 (int8 weights, activations quantized per token at run time) are whole plans; the
+    ladders put whole layers of the static model back in float, in bf16 where the CPU has
+    it, then in fp32. A layer's harm is read off the static model's own parity report, for
+    free: how much the mean cosine drops across it. The float plan to beat is OpenVINO's
+    float model compiled as the CPU serves it best (:func:`.session.speed_baseline`)."""
+
+    advice = (
+        "Use precision='bf16' or 'fp32', calibrate on texts like yours "
+        "(calibration_texts=...), or lower min_cosine / min_agreement if less accuracy "
+        "is enough for you."
+    )
+
+    @property
+    def instead(self) -> str:  # type: ignore[override]
+        return f"precision='{speed_baseline()}'"
+
+    def __init__(
+        self,
+        onnx_path: Path,
+        module: torch.nn.Module,
+        detected: DetectedEncoder,
+        calibration: Calibration,
+        references: list[list[np.ndarray]],
+        open_session: Callable[[Path], OpenVINOSession],
+    ) -> None:
+        self.ov, self.nncf = import_openvino(), import_nncf()
+        self.onnx_path, self.folder = onnx_path, onnx_path.parent
+        self.module, self.detected, self.calibration = module, detected, calibration
+        self.references, self.open_session = references, open_session
+        self.float_model = self.ov.convert_model(str(onnx_path))
+        graph = onnx.load(str(onnx_path), load_external_data=False)
+        self.layer_nodes = present_layer_nodes(graph, self.float_model, detected.spec)
+        self.feed_forward_outputs = feed_forward_outputs(graph, self.layer_nodes)
+        self.compiled: dict[str, CompiledMatMuls] = {}
+        self._all_int8: Any = None
+        self._baseline: Rival | None = None
+
+    # ------------------------------------------------------------------ the plans
+
+    def whole_plans(self) -> Sequence[Plan]:
+        group = dynamic_group_size(self.float_model)
+        return [
+            FloatLayers(),
+            FloatFeedForwardOutputs(float_part_hints()[0]),
+            *(DynamicInt8(group, hint) for hint in dynamic_int8_hints(group)),
+        ]
+
+    def label(self, plan: Plan) -> str:
+        return plan.label
+
+    def ladder_base(self) -> Plan:
+        return FloatLayers()
+
+    def ladders(self, base: Built[OpenVINOSession, Plan]) -> Iterator[Sequence[Plan]]:
+        harm = layer_harm(base.report, self.detected.spec)  # how static int8 hurts each layer
+        for hint in float_part_hints():  # in fp32, at most half of the layers
+            yield list(plan_ladder(harm, float_in_bf16=hint == "bf16"))
+
+    # ------------------------------------------------------------------ building
+
+    def quantize(self, kept: list[str]) -> Any:
+        """NNCF's post-training quantization, the nodes in ``kept`` left in float."""
+        items = self.calibration.items
+        names = [port.any_name for port in self.float_model.inputs]
+        progress.note(f"NNCF post-training quantization on {len(items)} calibration items")
+        with quietly():
+            return self.nncf.quantize(
+                self.float_model,
+                self.nncf.Dataset([item.feeds(names) for item in items]),
+                model_type=self.nncf.ModelType.TRANSFORMER,
+                subset_size=len(items),
+                ignored_scope=self.nncf.IgnoredScope(names=kept, validate=False),
+            )
+
+    def all_int8(self) -> Any:
+        if self._all_int8 is None:
+            self._all_int8 = self.quantize([])
+        return self._all_int8
+
+    def model_of(self, plan: Plan) -> Any:
+        """The plan's model; what it records in its IR is how a warm start compiles it."""
+        if isinstance(plan, DynamicInt8):
+            progress.note("NNCF weight compression (int8 weights)")
+            with quietly():
+                compressed = self.nncf.compress_weights(
+                    self.float_model.clone(), mode=self.nncf.CompressWeightsMode.INT8_ASYM
+                )
+            compressed.set_rt_info(plan.group_size, DYNAMIC_QUANTIZATION_RT_INFO)
+            compressed.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
+            return compressed
+        if isinstance(plan, FloatLayers) and not plan.layers:
+            return self.all_int8()
+        if isinstance(plan, FloatFeedForwardOutputs):
+            kept = list(self.feed_forward_outputs)
+        else:
+            kept = [node.name for layer in plan.layers for node in self.layer_nodes[layer]]
+        # Seconds instead of another quantization; NNCF where the graph is unusual.
+        quantized = with_float_layers(self.all_int8(), self.float_model, kept)
+        if quantized is None:
+            logger.info("OpenVINO int8 plan %r: quantized again by NNCF", plan.label)
+            quantized = self.quantize(kept)
+        quantized.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
+        return quantized
+
+    def build(self, plan: Plan) -> Built[OpenVINOSession, Plan]:
+        path = self.folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
+        self.ov.save_model(self.model_of(plan), str(path), compress_to_fp16=False)
+        session = self.open_session(path)
+        compiled = self.compiled[plan.label] = compiled_matmuls(session.compiled)
+        report = check_parity(
+            self.module,
+            self.detected,
+            session,
+            gate=Gate(),
+            batches=self.calibration.items,
+            references=self.references,
+        )
+        return Built(plan, plan.label, session, report, compiled.describe())
+
+    def not_as_named(self, built: Built[OpenVINOSession, Plan]) -> str | None:
+        return _as_named(built.plan, self.compiled[built.label])
+
+    def baseline(self) -> Rival:
+        """The float model compiled as a served bf16 (or fp32) model is."""
+        if self._baseline is None:
+            floats = speed_baseline()
+            model = self.float_model.clone()
+            model.set_rt_info("bf16" if floats == "bf16" else "f32", FLOAT_LAYERS_RT_INFO)
+            path = self.folder / f"plan-baseline-{IR_FILE}"
+            self.ov.save_model(model, str(path), compress_to_fp16=False)
+            self._baseline = Rival(f"openvino {floats}", self.open_session(path))
+        return self._baseline
+
+    # ------------------------------------------------------------------ files
+
+    def serve(self, built: Built[OpenVINOSession, Plan]) -> None:
+        stem = f"plan-{_file_stem(built.plan)}-{Path(IR_FILE).stem}"
+        for candidate in self.folder.glob(f"{stem}.*"):
+            candidate.rename(self.folder / (Path(IR_FILE).stem + candidate.suffix))
+        self.onnx_path.unlink()
+
+    def discard(self) -> None:
+        for candidate in self.folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
+            candidate.unlink()
+
+
+def present_layer_nodes(
+    graph: onnx.ModelProto, float_model: Any, spec: EncoderSpec
+) -> dict[int, list[onnx.NodeProto]]:
+    """Each layer's nodes that OpenVINO's model still has (it fuses some away, such as the
+    attention scores' MatMul): a plan names only those. A layer with no MatMul left would
+    be "kept in float" while NNCF quantizes it, so that is an error."""
+    by_layer = nodes_by_layer(graph, spec)
     present = {op.get_friendly_name() for op in float_model.get_ops()}
     layer_nodes = {
         layer: [node for node in nodes if node.name in present] for layer, nodes in by_layer.items()
@@ -267,169 +406,57 @@ def quantize_within_gate(
             "can be kept in float. Please report this with your openvino and nncf versions; use "
             "precision='bf16' or provider='cpu' meanwhile."
         )
-    items = calibration.items
-    folder = onnx_path.parent
-    search: PlanSearch[OpenVINOSession] = PlanSearch()
-    built: dict[str, _Built] = {}  # by plan label: what a judged plan left, and its report
+    return layer_nodes
 
-    def quantize(kept: list[str]) -> Any:
-        progress.note(f"NNCF post-training quantization on {len(items)} calibration items")
-        with quietly():
-            return nncf.quantize(
-                float_model,
-                dataset,
-                model_type=nncf.ModelType.TRANSFORMER,
-                subset_size=len(items),
-                ignored_scope=nncf.IgnoredScope(names=kept, validate=False),
-            )
 
-    all_int8 = quantize([])
+def feed_forward_outputs(
+    graph: onnx.ModelProto, layer_nodes: dict[int, list[onnx.NodeProto]]
+) -> tuple[str, ...]:
+    """Each layer's feed-forward output MatMul: the last MatMul with a constant weight
+    among its nodes (nodes are in the graph's topological order). Found by the graph's
+    structure, not by node names, so every family's export is read the same way."""
+    weights = {init.name for init in graph.graph.initializer}
+    found = []
+    for nodes in layer_nodes.values():
+        weighted = [n for n in nodes if n.op_type == "MatMul" and n.input[1] in weights]
+        if weighted:
+            found.append(weighted[-1].name)
+    return tuple(found)
 
-    @functools.cache
-    def compressed_weights() -> Any:
-        """Made once for the dynamic plans (one per hint), and only where static int8
-        failed: NNCF's weight compression takes seconds on trf-base."""
-        progress.note("NNCF weight compression (int8 weights)")
-        with quietly():
-            return nncf.compress_weights(
-                float_model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM
-            )
 
-    def with_plan(plan: Plan) -> Any:
-        """The plan's model; what it records in its IR is how a warm start compiles it."""
-        if isinstance(plan, DynamicInt8):
-            compressed = compressed_weights().clone()
-            compressed.set_rt_info(plan.group_size, DYNAMIC_QUANTIZATION_RT_INFO)
-            compressed.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
-            return compressed
-        if not plan.layers:
-            return all_int8
-        kept = [node.name for layer in plan.layers for node in layer_nodes[layer]]
-        # Seconds instead of another quantization; NNCF where the graph is unusual.
-        quantized = with_float_layers(all_int8, float_model, kept)
-        if quantized is None:
-            logger.info("OpenVINO int8 plan %r: quantized again by NNCF", plan.label)
-            quantized = quantize(kept)
-        quantized.set_rt_info(plan.hint, FLOAT_LAYERS_RT_INFO)
-        return quantized
-
-    @functools.cache
-    def baseline() -> OpenVINOSession:
-        """The float model every plan must beat
-        (:func:`~spacy_accelerate.backends.openvino.session.speed_baseline`),
-        compiled as a served bf16 (or fp32) model is."""
-        model = float_model.clone()
-        model.set_rt_info("bf16" if speed_baseline() == "bf16" else "f32", FLOAT_LAYERS_RT_INFO)
-        path = folder / f"plan-baseline-{IR_FILE}"
-        ov.save_model(model, str(path), compress_to_fp16=False)
-        return open_session(path)
-
-    def attempt(plan: Plan) -> Judged[OpenVINOSession]:
-        search.trying(plan.label)
-        quantized = with_plan(plan)
-        path = folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
-        ov.save_model(quantized, str(path), compress_to_fp16=False)
-        session = open_session(path)
-        compiled_as = compiled_matmuls(session.compiled)
-        # Measured without a gate: the verdict also needs the agreement, and a refused
-        # all-int8 model's report still ranks the layers.
-        report = check_parity(
-            module,
-            detected,
-            session,
-            gate=Gate(),
-            batches=items,
-            references=references,
-        )
-        problem, slower = _as_named(plan, compiled_as), False
-        if problem is None:  # timed before the agreement gate, the expensive one
-            progress.note(f"racing {_named_plan(plan)} against {speed_baseline()}")
-            timing = race(session, baseline(), items, speed_baseline())
-            problem, slower = (None, False) if timing.faster else (timing.finding(), True)
-        disagreed = False
-        if problem is None:
-            problem, report, disagreed = _verdict(report, gate, session, judge)
-        logger.info(
-            "OpenVINO int8 plan %r (%s): %s",
-            plan.label,
-            compiled_as.describe(),
-            problem or "passed",
-        )
-        built[plan.label] = _Built(path, slower, report)
-        report = replace(report, compiled_as=compiled_as.describe())
-        return search.judged(plan.label, session, report, problem, by_agreement=disagreed)
-
-    chosen = static = attempt(FloatLayers())
-    harm = layer_harm(built[static.label].report, detected.spec)  # how static int8 hurts each layer
-    static_slower = built[static.label].slower
-    if not chosen.passed:
-        group = dynamic_group_size(float_model)
-        dynamic = [DynamicInt8(group, hint) for hint in dynamic_int8_hints(group)]
-        chosen = search.first_passing(dynamic, attempt) or chosen  # where activations are quantized
-        compressed_weights.cache_clear()  # the float-layer plans do not read it
-    if not chosen.passed and static_slower:
-        search.note(
-            "float layers: not tried (each plan is the all-int8 model with layers back in "
-            f"float, and that was not faster than {speed_baseline()})"
-        )
-    elif not chosen.passed:
-        for hint in float_part_hints():  # in fp32, at most half of the layers, as without bf16
-            ladder = list(plan_ladder(harm, float_in_bf16=hint == "bf16"))
-            chosen = bisect_ladder(ladder, attempt) or chosen
-            if chosen.passed:
-                break
-    chosen_path = built[chosen.label].path
-    for candidate_file in folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
-        if chosen.passed and candidate_file.name.startswith(chosen_path.stem + "."):
-            candidate_file.rename(folder / (Path(IR_FILE).stem + candidate_file.suffix))
-        else:
-            candidate_file.unlink()
-    if not chosen.passed and static_slower:
-        floats = speed_baseline()
-        raise NoFasterPlanError(
-            f"No int8 plan both keeps this model within the gate and runs faster than "
-            f"{floats} on this CPU ({cpu_features().describe()}), so no int8 model was "
-            f"served and the pipeline is unchanged. Use precision='{floats}' here. Plans "
-            f"tried: {search.tried()}"
-        )
-    if not chosen.passed:
-        raise search.no_plan(
-            "Use precision='bf16' or 'fp32', calibrate on texts like yours "
-            "(calibration_texts=...), or lower min_cosine / min_agreement if less accuracy "
-            "is enough for you."
-        )
-    onnx_path.unlink()
-    logger.info(
-        "OpenVINO int8 plan %r served (calibration mean cosine %.5f)",
-        chosen.label,
-        built[chosen.label].report.worst_mean_cosine,
+@progress.step("OpenVINO int8: quantizing with NNCF, racing and judging plans")
+def quantize_within_gate(
+    onnx_path: Path,
+    module: torch.nn.Module,
+    detected: DetectedEncoder,
+    *,
+    gate: Gate,
+    calibration: Calibration,
+    references: list[list[np.ndarray]],
+    open_session: Callable[[Path], OpenVINOSession],
+    judge: Judge | None = None,
+    rivals: Sequence[Rival] = (),
+) -> tuple[Session, ParityReport]:
+    """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
+    fastest plan that passes ``gate`` and ``judge`` (the pipeline's agreement) and outruns
+    OpenVINO's float model (and ``rivals``), judged against ``references`` (PyTorch's
+    outputs on the calibration items); the ONNX file and every other candidate are
+    removed (on a refusal the cache removes the whole build folder)."""
+    quantizer = OpenVINOQuantizer(
+        onnx_path, module, detected, calibration, references, open_session
     )
-    session, report = search.served(chosen)
+    search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, rivals=rivals)
+    session, report = search.run()
     return session, replace(report, gate=gate)
-
-
-def _named_plan(plan: Plan) -> str:
-    """How a progress note names a plan in a few words."""
-    if isinstance(plan, DynamicInt8):
-        return f"dynamic int8 ({_named(plan.hint)})"
-    return plan.label if not plan.layers else f"{len(plan.layers)} float layers"
 
 
 def _file_stem(plan: Plan) -> str:
     """A candidate's file name: every plan judged in one build has its own."""
     if isinstance(plan, DynamicInt8):
         return f"dynamic-{plan.group_size}-{plan.hint}"
+    if isinstance(plan, FloatFeedForwardOutputs):
+        return f"ffn-out-{plan.hint}"
     return f"{len(plan.layers)}-{plan.hint}" if plan.layers else "int8"
-
-
-@dataclass(frozen=True)
-class _Built:
-    """What a judged plan left on disk, whether it lost the speed race, and its parity
-    report (measured without a gate: a refused all-int8 model's still ranks the layers)."""
-
-    path: Path
-    slower: bool
-    report: ParityReport
 
 
 def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
@@ -439,23 +466,3 @@ def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
     if isinstance(plan, DynamicInt8) and not compiled.dynamic_int8:
         return f"its activations are not quantized at run time here ({compiled.describe()})"
     return None
-
-
-def _verdict(
-    report: ParityReport, gate: Gate, session: Session, judge: Judge | None
-) -> tuple[str | None, ParityReport, bool]:
-    """Why the candidate is refused (None when it passes both gates), its report with the
-    pipeline's agreement where it was judged, and whether the agreement refused it."""
-    if not replace(report, gate=gate).passed:
-        return (
-            f"{gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
-            f"smallest {report.worst_cosine:.5f})",
-            report,
-            False,
-        )
-    if judge is not None:
-        try:
-            return None, replace(report, agreement=judge(session)), False
-        except AgreementError as error:
-            return error.finding, report, True
-    return None, report, False

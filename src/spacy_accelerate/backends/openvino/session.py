@@ -41,6 +41,7 @@ from spacy_accelerate.options.config import OptimizeConfig, Precision
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
+from spacy_accelerate.verify.plan_search import SEARCH_RULE
 
 #: The IR files of an OpenVINO cache entry.
 IR_FILE = "model.xml"
@@ -96,7 +97,8 @@ def int8_plan_kinds() -> list[str]:
     entry chosen among other plans, or without the speed gate, is not reused)."""
     group = DYNAMIC_INT8_GROUP_SIZE
     dynamic = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic_int8_hints()]
-    return ["static int8", *dynamic, "float layers", f"faster than {speed_baseline()}"]
+    static = ["static int8", "static int8, feed-forward outputs float"]
+    return [*static, *dynamic, "float layers", f"faster than {speed_baseline()}", SEARCH_RULE]
 
 
 def speed_baseline() -> str:

@@ -1,0 +1,105 @@
+"""Whether a lossy plan runs faster here than the plans it would replace.
+
+A lossy plan is only worth serving where it beats what this machine already serves without
+losing anything, and, under ``precision="auto"``, the fastest plan that passed so far.
+Which plan wins depends on the CPU, not only on the model: on an AMX Xeon, int8 weights
+decompressed to bf16 ran slower than plain bf16, and on a CPU without VNNI int8 arithmetic
+gains little. So a candidate is raced against each :class:`Rival` on the calibration spans,
+the two alternating (these machines are shared and noisy), and must beat it by the rival's
+margin. Races run before the agreement is judged: a plan that cannot win is never judged.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.runtime.session import Session
+
+#: Calibration items per timed pass, and alternating rounds (the medians are compared).
+TIMED_ITEMS = 4
+ROUNDS = 3
+
+#: How much faster a lossy plan must be than the fastest exact (fp32) one to be chosen:
+#: within that, the timing's noise could pick a plan that changes annotations for nothing.
+LOSSY_MARGIN = 0.05
+
+
+def seconds_per_pass(session: Session, items: Sequence[EncoderInputs]) -> float:
+    """Wall time of one run of ``session`` over ``items`` (the last hidden state only, as a
+    pipeline whose listeners read the last layer asks for)."""
+    last = session.output_names[-1:]
+    start = time.perf_counter()
+    for item in items:
+        session.run(item, last)
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class Race:
+    """A candidate's and a rival's median seconds over the same timed items; the
+    candidate wins when it is faster than ``1 - margin`` of the rival's time."""
+
+    candidate: float
+    baseline: float
+    baseline_name: str
+    items: int
+    margin: float = 0.0
+
+    @property
+    def faster(self) -> bool:
+        return self.candidate < self.baseline * (1.0 - self.margin)
+
+    def finding(self) -> str:
+        by = f" by {self.margin:.0%}" if self.margin else ""
+        return (
+            f"not faster than {self.baseline_name}{by} on this CPU ({1000 * self.candidate:.0f} "
+            f"ms vs {self.baseline_name} {1000 * self.baseline:.0f} ms over {self.items} "
+            "calibration batches)"
+        )
+
+
+def race(
+    candidate: Session,
+    baseline: Session,
+    items: Sequence[EncoderInputs],
+    name: str,
+    margin: float = 0.0,
+) -> Race:
+    """Time ``candidate`` and ``baseline`` (sessions) on the first calibration ``items``,
+    each warmed up once, then alternating for :data:`ROUNDS` rounds."""
+    timed = list(items[:TIMED_ITEMS])
+    seconds_per_pass(candidate, timed[:1])
+    seconds_per_pass(baseline, timed[:1])
+    mine, theirs = [], []
+    for _ in range(ROUNDS):
+        mine.append(seconds_per_pass(candidate, timed))
+        theirs.append(seconds_per_pass(baseline, timed))
+    return Race(statistics.median(mine), statistics.median(theirs), name, len(timed), margin)
+
+
+@dataclass(frozen=True)
+class Rival:
+    """A plan a lossy candidate must outrun: its name (``openvino bf16``), its session and
+    by how much (:data:`LOSSY_MARGIN` against an exact plan, nothing against a lossy one
+    that already passed)."""
+
+    name: str
+    session: Session
+    margin: float = LOSSY_MARGIN
+
+
+def races(
+    candidate: Session, rivals: Sequence[Rival], items: Sequence[EncoderInputs]
+) -> list[Race]:
+    """``candidate`` raced against each of ``rivals`` in turn, up to the first it loses
+    (the last race of the list, where it is not :attr:`Race.faster`)."""
+    run: list[Race] = []
+    for rival in rivals:
+        run.append(race(candidate, rival.session, items, rival.name, rival.margin))
+        if not run[-1].faster:
+            break
+    return run
