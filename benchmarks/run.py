@@ -3,18 +3,25 @@
     python benchmarks/run.py                       # both pipelines, defaults below
     python benchmarks/run.py --pipelines minilm-ewt --sentences 500 --repeats 3
 
+    python benchmarks/run.py --no-bf16             # as on a CPU without bf16 units
+
 For each benchmark pipeline (``trf-base``: en_core_web_trf's shape with random
 weights; ``minilm-ewt``: real MiniLM-L6 weights with heads trained on UD-EWT
-dev) and each variant available here (PyTorch fp32, PyTorch bf16 autocast on a
+train, NER on UNER dev) and each variant available here (PyTorch fp32, PyTorch bf16 autocast on a
 CPU, PyTorch fp16 autocast on a GPU, spacy-accelerate per provider and
 precision): words per second of ``nlp.pipe`` over UD-EWT test documents, for
 the full pipeline and for transformer + ner only, warm-up then ``--repeats``
-passes with the variants alternating; accuracy against gold (tag accuracy, LAS,
+passes with the variants alternating, as speedups over PyTorch fp32 and over
+PyTorch bf16 autocast; accuracy against gold (tag accuracy, LAS,
 NER F1); agreement of every annotation and the cosine of every piece's last
 hidden state with PyTorch fp32; cold (empty cache) and warm ``optimize()``
 time; and each variant's peak resident memory, measured in a fresh process
 that loads the pipeline and runs only that variant (one process running every
-variant cannot tell them apart). Writes
+variant cannot tell them apart). ``precision="auto"`` runs twice on an empty cache:
+the pruned search it serves, and the full search (every candidate built and judged), to
+show that both choose the same plan and what the pruning saves. ``--no-bf16`` runs every
+variant as on a CPU without bf16 units (the library's CPU detection simulated: OpenVINO
+compiles in f32, its bf16 is refused, PyTorch's bf16 autocast is left out). Writes
 ``benchmarks/results/<machine>-<date>.json`` and ``.md`` (the table);
 ``benchmarks/plot.py`` draws the chart.
 """
@@ -47,9 +54,11 @@ from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E4
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.bench.baselines import Accelerated, Variant, available_variants  # noqa: E402
 from spacy_accelerate.bench.side_by_side import SideBySide, side_by_side, write_report  # noqa: E402
+from spacy_accelerate.cpu_features import cpu_features, simulated  # noqa: E402
 from spacy_accelerate.errors import AccuracyError, PrecisionUnavailableError  # noqa: E402
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.options.agreement import parse_min_agreement  # noqa: E402
+from spacy_accelerate.pipeline.auto_precision import full_search  # noqa: E402
 from spacy_accelerate.pipeline.components import transformer_components  # noqa: E402
 from spacy_accelerate.verify.agreement import compare  # noqa: E402
 
@@ -58,6 +67,22 @@ PIPELINES = ("trf-base", "minilm-ewt")
 #: UD-EWT test sentences per pipeline: trf-base is ~15x slower per word than MiniLM.
 DEFAULT_SENTENCES = {"trf-base": 400, "minilm-ewt": 2077}
 SCORES = ("tag_acc", "dep_las", "ents_f")
+
+
+#: The PyTorch variant every other one is also compared with (where it runs).
+BF16_AUTOCAST = "pytorch bf16 autocast (cpu)"
+#: ``precision="auto"``'s full search, beside the pruned one it serves.
+AUTO = "accelerate auto"
+AUTO_FULL = "accelerate auto (full search)"
+
+
+class FullSearch(Accelerated):
+    """``precision="auto"`` searching in full (every candidate built and judged) in a
+    cache folder of its own, so that its cold start is cold too."""
+
+    def apply(self, nlp: Language) -> None:
+        with full_search():
+            super().apply(nlp)
 
 
 #: CPU features that decide which variants can be fast (bf16, VNNI int8, AMX).
@@ -184,7 +209,7 @@ def run_pipeline(
 
     timings, refused = {}, {}
     # precision="auto" first: its cold start builds every candidate in the empty cache.
-    ordered = sorted(others, key=lambda key: key != "accelerate auto")
+    ordered = sorted(others, key=lambda key: key not in (AUTO, AUTO_FULL))
     for key, variant in [(key, others[key]) for key in ordered]:
         if not isinstance(variant, Accelerated):
             continue
@@ -229,6 +254,11 @@ def run_pipeline(
             "wps": {m: round(r.wps(variant), 1) for m, r in modes.items() if variant in r.variants},
             "speedup": {
                 m: round(r.speedup(variant), 3) for m, r in modes.items() if variant in r.variants
+            },
+            "vs_bf16_autocast": {
+                m: round(r.speedup(variant) / r.speedup(BF16_AUTOCAST), 3)
+                for m, r in modes.items()
+                if variant in r.variants and BF16_AUTOCAST in r.variants
             },
             "seconds": {
                 m: r.variants[variant].seconds for m, r in modes.items() if variant in r.variants
@@ -286,6 +316,10 @@ def rss_probe(pipeline: str, variant: str) -> None:
         print(round(peak_rss_mib(), 1))
 
 
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else ""
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -293,11 +327,15 @@ def markdown(results: dict[str, Any]) -> str:
         + (f", {m['gpu']}" if "gpu" in m else "")
         + ".",
         f"Batch size {results['batch_size']}, median of {results['repeats']} alternating passes "
-        "after a warm-up; speedups are against PyTorch fp32 in the same run.",
+        "after a warm-up; speedups are against PyTorch fp32 in the same run, 'vs bf16' against "
+        "PyTorch bf16 autocast."
+        + (" bf16 unavailable (simulated CPU without bf16 units)." if results["no_bf16"] else ""),
         "",
-        "| pipeline | variant | full WPS | speedup | trf+ner WPS | speedup | tag acc | LAS "
-        "| NER F1 | agreement tag / dep / ent | min token cos | optimize cold / warm | peak RSS |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: |",
+        "| pipeline | variant | full WPS | speedup | vs bf16 | trf+ner WPS | speedup | vs bf16 "
+        "| tag acc | LAS | NER F1 | agreement tag / dep / ent | min token cos "
+        "| optimize cold / warm | peak RSS |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
+        "| --- | ---: |",
     ]
     for pipeline, report in results["pipelines"].items():
         for variant, row in report["variants"].items():
@@ -307,13 +345,16 @@ def markdown(results: dict[str, Any]) -> str:
             )
             opt = row.get("optimize")
             timing = f"{opt['cold_seconds']} s / {opt['warm_seconds']} s" if opt else ""
-            if opt and variant == "accelerate auto":
+            if opt and variant in (AUTO, AUTO_FULL):
                 timing += f" (served: {', '.join(opt['served'].values())})"
             gold = row["gold"]
+            vs = row.get("vs_bf16_autocast", {})
             lines.append(
                 f"| {pipeline} | {variant} | {row['wps']['full']:,.0f} "
-                f"| {row['speedup']['full']:.2f}x | {row['wps'].get('transformer+ner', 0):,.0f} "
-                f"| {row['speedup'].get('transformer+ner', 0):.2f}x | {gold['tag_acc']:.3f} "
+                f"| {row['speedup']['full']:.2f}x | {_ratio(vs.get('full'))} "
+                f"| {row['wps'].get('transformer+ner', 0):,.0f} "
+                f"| {row['speedup'].get('transformer+ner', 0):.2f}x "
+                f"| {_ratio(vs.get('transformer+ner'))} | {gold['tag_acc']:.3f} "
                 f"| {gold['dep_las']:.3f} | {gold['ents_f']:.3f} | {agreement} "
                 f"| {row.get('min_token_cosine', 1.0):.4f} | {timing} "
                 f"| {row['peak_rss_mib'] or 0:,.0f} MiB |"
@@ -359,11 +400,21 @@ OPENVINO_LOWERED_AGREEMENT = 0.98
 
 
 def benchmark_variants(
-    lowered_agreement: float | None, only: list[str] | None = None
+    lowered_agreement: float | None,
+    only: list[str] | None = None,
+    cache: Path | None = None,
+    no_bf16: bool = False,
 ) -> tuple[dict[str, Variant], dict[str, str]]:
-    """The variants this machine runs, plus OpenVINO int8 under ``lowered_agreement``;
-    with ``only``, those whose name contains one of its words (PyTorch fp32 always)."""
+    """The variants this machine runs, plus OpenVINO int8 under ``lowered_agreement`` and
+    ``auto``'s full search (in a folder of ``cache`` of its own); with ``only``, those
+    whose name contains one of its words (PyTorch fp32 always)."""
     variants, skipped = available_variants()
+    if no_bf16:
+        skipped[BF16_AUTOCAST] = "bf16 unavailable (simulated CPU without bf16 units)"
+        variants.pop(BF16_AUTOCAST, None)
+    if cache is not None and isinstance(variants.get(AUTO), Accelerated):
+        options = {**variants[AUTO].options, "cache_dir": str(cache / "full-search")}  # type: ignore[attr-defined]
+        variants[AUTO_FULL] = FullSearch(options)
     default = variants.get("accelerate openvino int8")
     if lowered_agreement is not None and isinstance(default, Accelerated):
         name = f"accelerate openvino int8 (min_agreement {lowered_agreement:g})"
@@ -408,6 +459,9 @@ def main() -> None:
     parser.add_argument(
         "--cache-dir", type=Path, help="the run's model cache (default: a new empty folder)"
     )
+    parser.add_argument(
+        "--no-bf16", action="store_true", help="run as on a CPU without bf16 units (simulated)"
+    )
     parser.add_argument("--rss-probe", nargs=2, metavar=("PIPELINE", "VARIANT"), help="internal")
     args = parser.parse_args()
     if args.rss_probe:
@@ -416,7 +470,9 @@ def main() -> None:
 
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="spacy-accelerate-bench-"))
     os.environ["SPACY_ACCELERATE_CACHE"] = str(cache)  # every variant, and the probes
-    variants, skipped = benchmark_variants(args.openvino_min_agreement or None, args.only)
+    variants, skipped = benchmark_variants(
+        args.openvino_min_agreement or None, args.only, cache, args.no_bf16
+    )
     info = machine()
     started = datetime.now(timezone.utc)
     results: dict[str, Any] = {
@@ -426,14 +482,19 @@ def main() -> None:
         "repeats": args.repeats,
         "variants": {name: v.describe() for name, v in variants.items()},
         "skipped": skipped,
+        "no_bf16": args.no_bf16,
         "versions": package_versions(),
         "pipelines": {},
     }
-    for name in args.pipelines:
-        results["pipelines"][name] = run_pipeline(name, variants, args)
+    with simulated(cpu_features().without_bf16() if args.no_bf16 else cpu_features()):
+        for name in args.pipelines:
+            results["pipelines"][name] = run_pipeline(name, variants, args)
     results["wall_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
 
-    stem = f"{machine_slug(info)}-{started:%Y-%m-%d}"
+    stem = "-".join(
+        [machine_slug(info), f"{started:%Y-%m-%d}", *args.pipelines]
+        + (["no-bf16"] if args.no_bf16 else [])
+    )
     write_report(results, args.output_dir / f"{stem}.json")
     table = markdown(results)
     (args.output_dir / f"{stem}.md").write_text(table)

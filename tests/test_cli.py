@@ -203,7 +203,8 @@ def test_the_demo_script_accelerates_the_trained_minilm_pipeline(
     output = completed.stdout
     assert completed.returncode == 0, completed.stderr
     assert "PyTorch fp32" in output
-    assert "accelerated fp32" in output and "accelerated int8" in output
+    assert "accelerated fp32" in output and "accelerated auto" in output
+    assert re.search(r"optimize\(\) accelerated auto: .*\n  serves \w+ \w+", output), output
     assert "agreement with PyTorch: tag" in output
     assert "Entities found" in output and "->" in output
 

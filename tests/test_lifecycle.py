@@ -22,7 +22,7 @@ from spacy.util import registry
 
 import spacy_accelerate
 from spacy_accelerate import InferenceOnlyError
-from spacy_accelerate.build import get_or_export as exported
+from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.pipeline.persist import CALLBACK_NAME
 from spacy_accelerate.pipeline.training_guard import TRAINING_METHODS
 
@@ -60,7 +60,7 @@ def test_saved_pipeline_loads_accelerated_from_the_cache(
     written = [p.name for p in (tmp_path / "saved").rglob("*") if p.is_file()]
     assert not [name for name in written if name.endswith((".onnx", ".pkl", ".pickle"))]
 
-    monkeypatch.setattr(exported, "export_onnx", _fail_export)
+    monkeypatch.setattr(shared_export, "export_onnx", _fail_export)
     loaded = spacy.load(tmp_path / "saved")
     assert spacy_accelerate.is_optimized(loaded)
     proxy = spacy_accelerate.accelerated_components(loaded)["transformer"]

@@ -25,6 +25,7 @@ from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino.session import IR_FILE, IR_WEIGHTS, OpenVINORunner
 from spacy_accelerate.bench.doc_outputs import token_cosines
 from spacy_accelerate.bench.side_by_side import agreement
+from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.build import get_or_export as exported
 from spacy_accelerate.cache.store import OWNER_MARK
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
@@ -148,7 +149,7 @@ def test_a_warm_start_loads_the_ir_from_the_cache(
     def no_export(*args, **kwargs):
         raise AssertionError("a warm start must not export")
 
-    monkeypatch.setattr(exported, "export_onnx", no_export)
+    monkeypatch.setattr(shared_export, "export_onnx", no_export)
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "fp32", cache_dir=cache_dir)
     second = spacy_accelerate.accelerated_components(again)["transformer"].exported
@@ -764,7 +765,8 @@ def test_a_faster_plan_is_served_after_a_slower_one_is_refused(
 @pytest.mark.real_speed
 def test_a_race_alternates_and_compares_medians(monkeypatch: pytest.MonkeyPatch):
     calls: list[str] = []
-    seconds = {"candidate": iter([9, 3, 4, 5]), "baseline": iter([9, 2, 6, 4])}
+    # The warm-ups (one item each) take 10 ms: a pass holds the most items, four.
+    seconds = {"candidate": iter([0.01, 3, 4, 5]), "baseline": iter([0.01, 2, 6, 4])}
 
     def timed(session, items):
         calls.append(session)
@@ -778,3 +780,9 @@ def test_a_race_alternates_and_compares_medians(monkeypatch: pytest.MonkeyPatch)
     assert (result.candidate, result.baseline, result.items) == (4, 4, 4)
     assert not result.faster  # a tie is not faster
     assert result.finding().startswith("not faster than bf16 on this CPU (4000 ms vs bf16")
+    # A large model's item takes a second: one item a pass, so a race takes seconds.
+    seconds.update(candidate=iter([1.0, 3, 2, 1]), baseline=iter([1.0, 4, 4, 4]))
+    slow = speed.race("candidate", "baseline", items, "bf16", 0.05)
+    assert (
+        slow.items == 1 and slow.faster and slow.finding().startswith("not faster than bf16 by 5%")
+    )

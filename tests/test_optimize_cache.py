@@ -13,7 +13,7 @@ import spacy
 import torch
 
 import spacy_accelerate
-from spacy_accelerate.build import get_or_export as exported_module
+from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.export.onnx import MODEL_FILE
 from spacy_accelerate.pipeline.proxy import AcceleratedEncoder
@@ -43,7 +43,7 @@ def test_second_optimize_is_a_hit_without_export(
     def no_export(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cache hit must not export")
 
-    monkeypatch.setattr(exported_module, "export_onnx", no_export)
+    monkeypatch.setattr(shared_export, "export_onnx", no_export)
     fresh = spacy.load(sample_path("minilm"))  # as a new process would
     start = time.perf_counter()
     second = optimize(fresh, cache_dir)

@@ -156,6 +156,10 @@ def _int8(nlp: spacy.Language, texts: list[str], cache: Path) -> None:
     )
 
 
+#: The step OpenVINO's int8 search is said as.
+SEARCHING = "OpenVINO int8: quantizing with NNCF, racing and judging plans"
+
+
 def test_openvino_int8_says_its_steps_and_keeps_nncf_quiet_unless_verbose(
     sample_path: Callable[[str], Path],
     ewt_texts: list[str],
@@ -172,11 +176,10 @@ def test_openvino_int8_says_its_steps_and_keeps_nncf_quiet_unless_verbose(
     for step in (
         "spacy-accelerate: exporting the roberta encoder to ONNX",
         "spacy-accelerate: calibrating: PyTorch fp32 annotates the texts",
-        "spacy-accelerate: OpenVINO int8: quantizing with NNCF and judging plans",
-        "spacy-accelerate: OpenVINO int8: quantizing with NNCF and judging plans: "
-        "NNCF post-training quantization",
-        "spacy-accelerate: OpenVINO int8: quantizing with NNCF and judging plans: plan 1: "
-        "all layers int8",
+        f"spacy-accelerate: {SEARCHING}",
+        f"spacy-accelerate: {SEARCHING}: plan 1: all layers int8",
+        f"spacy-accelerate: {SEARCHING}: NNCF post-training quantization",
+        f"spacy-accelerate: {SEARCHING}: racing all layers int8",
         "spacy-accelerate: judging the plan: the pipeline annotates the calibration texts",
     ):
         assert any(line.startswith(step) for line in lines), (step, lines)

@@ -35,6 +35,7 @@ import spacy_accelerate
 from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import session_layout
+from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.build import get_or_export as exported
 from spacy_accelerate.build.get_or_export import PARITY_FILE
 from spacy_accelerate.build.storage import storage_failure
@@ -222,7 +223,7 @@ def test_a_saved_pipeline_finds_its_cache_where_it_loads(
     elsewhere = tmp_path / "bob-env"
     monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(elsewhere))
     with monkeypatch.context() as patched:
-        patched.setattr(exported, "export_onnx", _no_export)
+        patched.setattr(shared_export, "export_onnx", _no_export)
         # Where the recorded folder works, it is kept (a hit there) ...
         assert _proxy(spacy.load(tmp_path / "saved")).exported.path.parent == here
         # ... unless an explicit override given at load says otherwise.
@@ -532,7 +533,7 @@ def test_a_saved_pipeline_told_not_to_export_at_load_runs_on_pytorch(
     assert 'missing_cache = "pytorch"' in (tmp_path / "saved" / "config.cfg").read_text()
     assert spacy_accelerate.is_optimized(spacy.load(tmp_path / "saved"))  # cached: a hit
     spacy_accelerate.clear_cache(cache_dir)
-    monkeypatch.setattr(exported, "export_onnx", _no_export)
+    monkeypatch.setattr(shared_export, "export_onnx", _no_export)
     with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
         loaded = spacy.load(tmp_path / "saved")
     assert "runs on PyTorch" in caplog.text and "missing_cache='pytorch'" in caplog.text

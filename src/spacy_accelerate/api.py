@@ -19,6 +19,7 @@ from spacy_accelerate.backends.registry import (
     precision_candidates,
     serve_first,
 )
+from spacy_accelerate.build.exports import SharedExport
 from spacy_accelerate.build.get_or_export import ExportedModel, get_or_export
 from spacy_accelerate.build.references import References
 from spacy_accelerate.cache.location import saved_cache_dir
@@ -61,7 +62,7 @@ from spacy_accelerate.pipeline.shim import find_shim, find_span_settings
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.runtime.buckets import BucketPlan
-from spacy_accelerate.verify.speed import Rival
+from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.verification import Verification
 
 logger = logging.getLogger("spacy_accelerate")
@@ -188,10 +189,12 @@ def apply_config(
         )
         for location, detected in zip(shims, encoders, strict=True)
     }
+    exports = {
+        location.component: SharedExport(detected)
+        for location, detected in zip(shims, encoders, strict=True)
+    }
 
-    def accelerate(
-        attempt: OptimizeConfig, rivals: Mapping[str, tuple[Rival, ...]] | None = None
-    ) -> None:
+    def accelerate(attempt: OptimizeConfig, limits: Mapping[str, Limits] | None = None) -> None:
         resolved = check_provider(attempt)  # 5. check the provider
         attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
         previous = [location.module for location in shims]
@@ -224,8 +227,9 @@ def apply_config(
                     build_allowed=build_allowed,
                     exclusive=functools.partial(exclusive, location),
                     source=PipelineSource.of(nlp.meta, location.component),
-                    rivals=(rivals or {}).get(location.component, ()),
+                    limits=(limits or {}).get(location.component, NO_LIMITS),
                     references=references[location.component],
+                    export=exports[location.component],
                 )
                 proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
                 patch(location, proxy)  # 8. patch
@@ -236,13 +240,17 @@ def apply_config(
                 revert(location, module)
             raise
 
-    if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, the fastest kept
-        source = sources.texts_of(shims[0], encoders[0].spec, config)
-        candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
-        choose(nlp, config, candidates, shims, source, cache, accelerate)
-    else:
-        # With fallback=True, steps 5-9 run again on the next provider when one cannot serve.
-        serve_first(fallback_chain(config), accelerate)
+    try:
+        if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, fastest kept
+            source = sources.texts_of(shims[0], encoders[0].spec, config)
+            candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
+            choose(nlp, config, candidates, shims, source, cache, accelerate)
+        else:
+            # With fallback=True, steps 5-9 run again on the next provider when one fails.
+            serve_first(fallback_chain(config), accelerate)
+    finally:
+        for export in exports.values():
+            export.close()
     for name, proxy in accelerated_components(nlp).items():
         _log_served(name, proxy.exported)
     _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))

@@ -21,7 +21,7 @@ import importlib.util
 import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: Instruction sets with a dot product of 8-bit integers that accumulates without
 #: saturating (AVX-512 VNNI, AVX-VNNI, AMX).
@@ -36,8 +36,11 @@ INT8_KERNEL_FLAGS = frozenset(
     {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"}
 )
 
+#: The instruction sets with bf16 arithmetic.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
 #: The flags that change what OpenVINO compiles for int8 and bf16 (part of its cache key).
-OPENVINO_KERNEL_FLAGS = INT8_KERNEL_FLAGS | {"avx512dq", "avx512_bf16", "amx_bf16"}
+OPENVINO_KERNEL_FLAGS = INT8_KERNEL_FLAGS | {"avx512dq"} | BF16_FLAGS
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,15 @@ class CpuFeatures:
     def openvino_kernels(self) -> tuple[str, ...]:
         """The flags that decide what OpenVINO compiles for int8 and bf16, sorted."""
         return tuple(sorted(self.flags & OPENVINO_KERNEL_FLAGS))
+
+    def without_bf16(self) -> CpuFeatures:
+        """This CPU as one without bf16 units (an Intel Cascade Lake or Ice Lake: VNNI but
+        no bf16), for benchmarks and tests of what the library does there."""
+        return replace(
+            self,
+            flags=self.flags - BF16_FLAGS,
+            openvino_capabilities=self.openvino - {"BF16"},
+        )
 
     def describe(self) -> str:
         """One line for people: what int8 and bf16 run on here."""

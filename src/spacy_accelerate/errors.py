@@ -88,7 +88,14 @@ class NoFasterPlanError(PrecisionUnavailableError):
 class OutpacedError(NoFasterPlanError):
     """Under ``precision="auto"``: no plan of a lossy precision could beat the fastest plan
     that had already passed, so that precision was not searched further (and nothing was
-    stored: asked for by name, it is searched in full)."""
+    stored: asked for by name, it is searched in full). ``deferred``: an int8 search that
+    left its ladders for later, whose all-int8 plan (its session: ``base``) could still
+    win."""
+
+    def __init__(self, message: str, *, deferred: bool = False, base: object = None) -> None:
+        super().__init__(message)
+        self.deferred = deferred
+        self.base = base
 
 
 class InvalidInputError(SpacyAccelerateError, ValueError):

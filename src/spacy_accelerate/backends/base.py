@@ -34,7 +34,7 @@ from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
-from spacy_accelerate.verify.speed import Rival, races
+from spacy_accelerate.verify.speed import NO_LIMITS, Limits, races
 
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
 References = Callable[[Sequence[EncoderInputs]], list[list[Any]]]
@@ -60,9 +60,10 @@ class BuildJob:
     #: candidate inside the pipeline (its agreement, or an AgreementError).
     calibration: Calibration | None = None
     judge: Judge | None = None
-    #: Plans a lossy plan must also outrun (``precision="auto"``'s passing ones), raced
-    #: before it is judged; a plan that loses raises :class:`OutpacedError`.
-    rivals: tuple[Rival, ...] = ()
+    #: Under ``precision="auto"``: the plans a lossy plan must outrun (raced before it is
+    #: judged; a plan that loses raises :class:`OutpacedError`) and whether an int8
+    #: search may search its ladders now.
+    limits: Limits = NO_LIMITS
 
     @property
     def spec(self) -> EncoderSpec:
@@ -87,14 +88,14 @@ class BuildJob:
 
     def judged(self, session: Session) -> ParityReport:
         """``session`` held to the gate (the token cosine first: it is cheap), then, for
-        a lossy plan, raced against :attr:`rivals` and held to the pipeline's agreement on
-        the calibration texts (an AccuracyError if either fails)."""
+        a lossy plan, raced against the rivals of :attr:`limits` and held to the pipeline's
+        agreement on the calibration texts (an AccuracyError if either fails)."""
         report = self.check(session)
         if self.judge is None:
             return report
-        if self.rivals:
+        if self.limits.rivals:
             items = self.calibration.items if self.calibration is not None else self.batches
-            lost = races(session, self.rivals, items)[-1]
+            lost = races(session, self.limits.rivals, items)[-1]
             if not lost.faster:
                 raise OutpacedError(f"{self.config.precision.value}: {lost.finding()}")
         return replace(report, agreement=self.judge(session))

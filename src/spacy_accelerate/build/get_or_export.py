@@ -32,6 +32,7 @@ from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import BuildJob
 from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
+from spacy_accelerate.build.exports import SharedExport
 from spacy_accelerate.build.references import References
 from spacy_accelerate.build.refusals import raise_recorded_refusal, store_refusal
 from spacy_accelerate.build.storage import stored_as_cache_errors
@@ -47,7 +48,7 @@ from spacy_accelerate.errors import (
     OutpacedError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, key_inputs
-from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
+from spacy_accelerate.export.onnx import MODEL_FILE
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.options.gate import Gate, recorded_report_meets
 from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
@@ -56,7 +57,7 @@ from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN, AgreementReport
 from spacy_accelerate.verify.calibration import CalibrationInputs, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
-from spacy_accelerate.verify.speed import Rival
+from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     load_spot_check,
@@ -187,8 +188,9 @@ def get_or_export(
     build_allowed: bool = True,
     exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
     source: PipelineSource | None = None,
-    rivals: tuple[Rival, ...] = (),
+    limits: Limits = NO_LIMITS,
     references: References | None = None,
+    export: SharedExport | None = None,
 ) -> tuple[Session, ExportedModel]:
     """Return a session over a verified ONNX model of ``module`` and its provenance.
 
@@ -204,10 +206,10 @@ def get_or_export(
     outputs are computed (see :class:`References`). ``source``: the pipeline and component
     the model comes from, recorded in the manifest of an entry built here (not in its key).
     The entry served is marked as used now (see :mod:`~spacy_accelerate.cache.provenance`).
-    ``rivals``: plans a lossy build must outrun (``precision="auto"``'s passing ones; a
-    build they outpace raises :class:`OutpacedError`, stored nowhere). ``references``:
-    PyTorch's outputs shared with the other builds of one search (by default, this
-    call's own).
+    ``limits``: what bounds a lossy build inside ``precision="auto"``'s search (the plans
+    it must outrun; a build they outpace raises :class:`OutpacedError`, stored nowhere).
+    ``references`` and ``export``: PyTorch's outputs and the exported graph, shared with
+    the other builds of one search (by default, this call's own).
     """
     start = time.perf_counter()
     if buckets is None:
@@ -224,8 +226,9 @@ def get_or_export(
         judge=judge,
         build_allowed=build_allowed,
         references=references or References(module, detected, exclusive),
+        export=export,
         source=source,
-        rivals=rivals,
+        limits=limits,
     )
     session, exported = fetch.run(start)
     parity = exported.parity
@@ -263,14 +266,16 @@ class _Fetch:
         build_allowed: bool,
         references: References,
         source: PipelineSource | None = None,
-        rivals: tuple[Rival, ...] = (),
+        limits: Limits = NO_LIMITS,
+        export: SharedExport | None = None,
     ) -> None:
         spec = detected.spec
         self.module, self.detected, self.config = module, detected, config
         self.provider, self.cache = provider, cache
         self.verification, self.calibration, self.judge = verification, calibration, judge
         self.build_allowed, self.references = build_allowed, references
-        self.source, self.rivals = source, rivals
+        self.source, self.limits = source, limits
+        self.export = export or SharedExport(detected)
         self.batches = verification.batches(spec)
         options = _export_options(config, spec, verification, calibration)
         self.inputs = key_inputs(module, spec, options)
@@ -294,12 +299,9 @@ class _Fetch:
         how it was built (or a calibrated build's refusal, kept instead of a model)."""
         if not self.build_allowed:
             raise CacheMissError(self.key)
-        config, detected, spec = self.config, self.detected, self.detected.spec
+        config, detected = self.config, self.detected
         path = folder / MODEL_FILE
-        with progress.step(f"exporting the {spec.family} encoder to ONNX"):
-            hf_model = detected.architecture.to_hugging_face(detected.encoder, spec)
-            export_onnx(hf_model, spec, path, opset=config.opset)
-            del hf_model
+        self.export.write(path, config.opset)
         # The session holds the whole model in memory, so it stays valid after the
         # folder is renamed into the cache: it is served as is.
         calibration = self.calibration
@@ -316,14 +318,14 @@ class _Fetch:
             references=self.references.of,
             calibration=calibration.full if calibration is not None else None,
             judge=self.judge,
-            rivals=self.rivals,
+            limits=self.limits,
         )
         try:
             building = f"building the {config.provider.value} {config.precision.value} model"
             with progress.step(f"{building} and checking it against PyTorch"):
                 session, report = backend_for(config.provider).build(job)
         except OutpacedError:
-            raise  # decided by the rivals of this search alone: nothing to keep
+            raise  # decided by the limits of this search alone: nothing to keep
         except (NoFasterPlanError, AccuracyError) as refusal:
             if not config.calibrated:
                 raise

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from spacy.language import Language
@@ -41,6 +41,7 @@ from spacy_accelerate.errors import (
     CacheError,
     ConversionError,
     NoFasterPlanError,
+    OutpacedError,
     ProviderUnavailableError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
@@ -49,7 +50,8 @@ from spacy_accelerate.pipeline.calibration import CalibrationSource, annotate, b
 from spacy_accelerate.pipeline.patch import patch, revert, scoped
 from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation
-from spacy_accelerate.verify.speed import LOSSY_MARGIN, Rival
+from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.speed import LOSSY_MARGIN, Limits, Rival, races
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -60,12 +62,15 @@ CHOICE_FILE = "auto_precision.json"
 #: figure on a small model, few enough that trf-base's five candidates time in a minute.
 TIMED_TOKENS = 1500
 
-#: Turns of timing; each candidate's fastest turn counts (the first also warms it up).
+#: Turns of timing; each candidate's fastest turn counts.
 TURNS = 2
 
+#: Timed texts each candidate warms up on before its first turn.
+WARM_UP_TEXTS = 4
+
 #: Serves one concrete request on every transformer component (all or nothing), each
-#: component's lossy build racing the rivals named for it.
-Accelerate = Callable[[OptimizeConfig, Mapping[str, tuple[Rival, ...]]], None]
+#: component's lossy build within the limits named for it.
+Accelerate = Callable[[OptimizeConfig, Mapping[str, Limits]], None]
 
 
 @dataclass(frozen=True)
@@ -267,11 +272,12 @@ class Served:
 
 class AutoSearch:
     """One search of ``precision="auto"``: the candidates served in :func:`stage` order,
-    each lossy one racing the fastest exact plan that passed (by
-    :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`) and the fastest plan that passed
-    (not slower) before it is judged, so a plan that cannot win is never judged, and an
-    int8 search whose all-int8 plan cannot win skips its ladder. Each plan that passes is
-    timed in the pipeline at once, then all of them in turns, and the fastest is served
+    each lossy one racing the fastest plan that passed so far before it is judged (the
+    fastest exact one by :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`, or a faster
+    lossy one), so that a plan that cannot win is never judged. The int8 searches run in
+    two rounds: every backend's whole plans first, then, where none passed, the ladders
+    whose all-int8 plan can still beat the bar the first round set. Each plan that passes
+    is timed in the pipeline at once, then all of them in turns, and the fastest is served
     (a lossy one only where it beats the fastest exact one by the margin)."""
 
     def __init__(
@@ -283,7 +289,7 @@ class AutoSearch:
         accelerate: Accelerate,
     ) -> None:
         self.nlp, self.config, self.locations = nlp, config, locations
-        self.accelerate = accelerate
+        self.source, self.accelerate = source, accelerate
         self.texts = timed_texts(source.texts or builtin_texts())
         self.previous = [location.module for location in locations]
         self.served: dict[str, Served] = {}
@@ -293,9 +299,16 @@ class AutoSearch:
 
     def run(self, candidates: Sequence[Candidate]) -> Choice:
         judging = "precision='auto': building and judging each candidate"
+        deferred: dict[str, tuple[Candidate, object]] = {}
         for candidate in progress.track(sorted(candidates, key=stage), judging):
             progress.note(candidate.label)
-            self.serve(candidate)
+            base = self.serve(candidate, ladders=not self.prune or stage(candidate) < 2)
+            if base is not None:
+                deferred[candidate.label] = (candidate, base)
+        for candidate, base in deferred.values():  # the ladders, against the bar set since
+            if self.can_win(candidate, base):
+                progress.note(f"{candidate.label}: units back in float")
+                self.serve(candidate, ladders=True)
         if not self.served:
             raise self.nothing_served()
         self.race()
@@ -319,29 +332,59 @@ class AutoSearch:
     def exact_labels(self) -> set[str]:
         return {label for label, served in self.served.items() if served.exact}
 
-    def rivals(self, candidate: Candidate) -> dict[str, tuple[Rival, ...]]:
-        """Per component, what a lossy ``candidate`` must outrun: the fastest exact plan
-        that passed (by the margin) and the fastest plan that passed."""
-        if not self.prune or candidate.precision is Precision.FP32 or not self.served:
-            return {}
+    def bar(self) -> tuple[Served, float] | None:
+        """The plan a lossy candidate must outrun, and by how much: the fastest lossy plan
+        that passed where it beats the fastest exact one by the margin, else the fastest
+        exact one, by the margin (None: nothing passed yet)."""
+        if not self.served:
+            return None
         by_speed = sorted(self.served.values(), key=lambda served: served.seconds)
         exact = [served for served in by_speed if served.exact]
-        chosen = [(exact[0], LOSSY_MARGIN)] if exact else []
-        if by_speed[0] is not (exact[0] if exact else None):
-            chosen.append((by_speed[0], 0.0))
-        rivals: dict[str, list[Rival]] = {}
-        for served, margin in chosen:
-            for location, module in zip(self.locations, served.modules, strict=True):
-                if isinstance(module, AcceleratedModule):
-                    rival = Rival(served.candidate.label, module.session, margin)
-                    rivals.setdefault(location.component, []).append(rival)
-        return {component: tuple(found) for component, found in rivals.items()}
+        best = by_speed[0]
+        if not exact or (not best.exact and best.seconds < exact[0].seconds * (1 - LOSSY_MARGIN)):
+            return best, 0.0
+        return exact[0], LOSSY_MARGIN
 
-    def serve(self, candidate: Candidate) -> None:
-        """Serve ``candidate`` as if asked for by name (with its rivals), time it once in
-        the pipeline, and put the previous modules back; a refusal is recorded."""
+    def limits(self, candidate: Candidate, ladders: bool) -> dict[str, Limits]:
+        """Per component, the limits of ``candidate``'s build: the bar's session to outrun
+        (a lossy candidate, in the pruned search) and whether its ladders may run now."""
+        bar = self.bar() if self.prune and candidate.precision is not Precision.FP32 else None
+        limits: dict[str, Limits] = {}
+        for index, location in enumerate(self.locations):
+            module = bar[0].modules[index] if bar is not None else None
+            rivals: tuple[Rival, ...] = ()
+            if isinstance(module, AcceleratedModule) and bar is not None:
+                rivals = (Rival(bar[0].candidate.label, module.session, bar[1]),)
+            limits[location.component] = Limits(rivals=rivals, ladders=ladders)
+        return limits
+
+    def can_win(self, candidate: Candidate, base: object) -> bool:
+        """Whether a deferred int8 search's all-int8 plan (``base``, its session: that of
+        the one transformer, else None) still beats the bar every whole plan has set since:
+        if not, no plan of its ladders can."""
+        bar = self.bar()
+        if base is True or bar is None or len(self.locations) != 1:
+            return True
+        module = bar[0].modules[0]
+        if not isinstance(module, AcceleratedModule):
+            return True
+        rival = Rival(bar[0].candidate.label, module.session, bar[1])
+        lost = races(cast(Session, base), (rival,), self.source.full.items)[-1]
+        if lost.faster:
+            return True
+        self.refused[candidate.label] += (
+            f" | units back in float: not tried (its all-int8 plan was {lost.finding()})"
+        )
+        return False
+
+    def serve(self, candidate: Candidate, *, ladders: bool) -> object:
+        """Serve ``candidate`` as if asked for by name (within its limits), time it once in
+        the pipeline, and put the previous modules back; a refusal is recorded. Returns the
+        all-int8 session of an int8 search that left its ladders for later with an
+        all-int8 plan that could win (``True`` where there is no session to race), else
+        None."""
         try:
-            self.accelerate(_as_request(self.config, candidate), self.rivals(candidate))
+            self.accelerate(_as_request(self.config, candidate), self.limits(candidate, ladders))
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
             if isinstance(error, ProviderUnavailableError) and not isinstance(
                 error, NoFasterPlanError
@@ -351,25 +394,31 @@ class AutoSearch:
                 error.finding if isinstance(error, AgreementError) else str(error)
             )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
-            return
+            if isinstance(error, OutpacedError) and error.deferred:
+                return error.base if error.base is not None else True
+            return None
+        self.refused.pop(candidate.label, None)
         modules = [location.module for location in self.locations]
+        self.timed(modules, self.texts[:WARM_UP_TEXTS])  # the first pass pays for new shapes
         self.served[candidate.label] = Served(candidate, modules, [self.timed(modules)])
         for location, module in zip(self.locations, self.previous, strict=True):
             revert(location, module)
+        return None
 
-    def timed(self, modules: Sequence[torch.nn.Module]) -> float:
-        """Seconds of the pipeline over the timed texts with ``modules`` in the shims (in
-        this thread only: other threads keep annotating with what they run)."""
+    def timed(self, modules: Sequence[torch.nn.Module], texts: Sequence[str] = ()) -> float:
+        """Seconds of the pipeline over ``texts`` (the timed texts by default) with
+        ``modules`` in the shims (in this thread only: other threads keep annotating with
+        what they run)."""
         with ExitStack() as stack:
             for location, module in zip(self.locations, modules, strict=True):
                 stack.enter_context(scoped(location, module))
             start = time.perf_counter()
-            annotate(self.nlp, self.texts)
+            annotate(self.nlp, texts or self.texts)
             return time.perf_counter() - start
 
     def race(self) -> None:
-        """Every passing plan timed again, in turns (the first turn, taken when each was
-        served, also warmed it up); each one's fastest turn counts."""
+        """Every passing plan timed again, in turns (the first turn was taken when each
+        was served, after a warm-up); each one's fastest turn counts."""
         racing = f"precision='auto': racing {', '.join(self.served)} on the calibration texts"
         for _ in progress.track(range(TURNS - 1), racing):
             for served in self.served.values():

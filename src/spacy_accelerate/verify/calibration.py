@@ -4,7 +4,7 @@ the pipeline), and the source that records them only when a model must be built.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,15 @@ class Calibration:
     items: tuple[EncoderInputs, ...]
     #: PyTorch's documents for ``texts``.
     docs: tuple[Doc, ...]
+
+
+def spread(items: Sequence[EncoderInputs], count: int) -> tuple[EncoderInputs, ...]:
+    """``count`` of ``items``, evenly spaced (all where there are no more): the texts come
+    genre after genre, so the first few would all be of one genre."""
+    if len(items) <= count:
+        return tuple(items)
+    step = len(items) / count
+    return tuple(items[int(index * step)] for index in range(count))
 
 
 class CalibrationInputs(Protocol):

@@ -13,10 +13,11 @@ harms the outputs on the calibration texts (:func:`sensitivity_ladder`). The sea
 2. the winners are judged in speed order (the token cosine, then the pipeline's
    agreement), and the first that passes is served: every later one is slower;
 3. where none passes, a ladder is searched only if its base (the all-int8 plan, the
-   fastest plan of its ladder, since every float unit costs time) won its race; then
-   :func:`bisect_ladder` finds the fewest float units that pass, and that plan must win
-   its race too. Where the base lost, the ladder and ONNX Runtime's per-MatMul harm
-   measurement are skipped, and the record says so.
+   fastest plan of its ladder, since every float unit costs time) won its race. Races
+   alone then find how many of its plans can still win (:meth:`Int8Search.fast_prefix`),
+   and :func:`bisect_ladder` finds, among those only, the fewest float units that pass.
+   Where the base lost, the ladder and ONNX Runtime's per-MatMul harm measurement are
+   skipped, and the record says so.
 
 Every plan refused, with its reason and rates, is kept (shown in the error and recorded in
 the cache entry's manifest), and the files of every plan but the served one are removed.
@@ -44,7 +45,7 @@ from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import Judge
 from spacy_accelerate.verify.parity import ParityReport
-from spacy_accelerate.verify.speed import LOSSY_MARGIN, Race, Rival, races
+from spacy_accelerate.verify.speed import LOSSY_MARGIN, NO_LIMITS, Limits, Race, Rival, races
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -160,22 +161,30 @@ class Int8Search(Generic[S, P]):
         gate: Gate,
         judge: Judge | None,
         items: Sequence[EncoderInputs],
-        rivals: Sequence[Rival] = (),
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self.quantizer, self.gate, self.judge, self.items = quantizer, gate, judge, items
         #: Rivals from outside the backend (``precision="auto"``'s passing plans).
-        self.outside = tuple(rivals)
+        self.outside = limits.rivals
+        self.limits = limits
         self.refused: list[str] = []
         self.disagreements: list[str] = []
         self.begun = 0
         self.built: dict[str, Built[S, P]] = {}  # by label: each plan is built once
         self.races: dict[str, list[Race]] = {}  # by label: its races, up to the first lost
-        #: Whether a plan was passed over for speed, and whether by an outside rival.
-        self.outrun = self.outrun_from_outside = False
+        #: Whether a plan was passed over for speed by an outside rival.
+        self.outrun_from_outside = False
+        #: The ladders' base, where they were left for later (:attr:`Limits.ladders`).
+        self.deferred: Built[S, P] | None = None
+        #: Whether speed had the last word: the ladder skipped because its base lost its
+        #: race, or the ladder's plan that passed losing its own.
+        self.too_slow = False
 
     @property
     def rivals(self) -> tuple[Rival, ...]:
-        return (self.quantizer.baseline(), *self.outside)
+        """The plans to outrun: ``auto``'s where given (the fastest that passed, among them
+        this backend's own float plan where it was a candidate), else the backend's own."""
+        return self.outside or (self.quantizer.baseline(),)
 
     # ---------------------------------------------------------------- the steps
 
@@ -231,17 +240,42 @@ class Int8Search(Generic[S, P]):
                 f"units back in float: not tried ({base.label}, the fastest plan of its "
                 f"ladder, was {lost.finding()})"
             )
+            self.too_slow = True
+            return None
+        if not self.limits.ladders:
+            self.note("units back in float: left until every backend's whole plans are known")
+            self.deferred = base
             return None
         for ladder in self.quantizer.ladders(base):
-            chosen = bisect_ladder(ladder, self.attempt)
-            if chosen is None or not chosen.passed:
-                continue
-            lost = self.race(chosen.built)
-            if lost is None:
+            fast = self.fast_prefix(ladder)
+            chosen = bisect_ladder(ladder[:fast], self.attempt)
+            if chosen is not None and chosen.passed:
                 return chosen
-            self.note(f"{chosen.built.label}: {lost.finding()}")
-            return None  # the next ladder's plans are slower still
+            if fast < len(ladder):  # the more careful plans were too slow
+                lost = self.race(self.build(ladder[fast]))
+                assert lost is not None
+                label = self.quantizer.label(ladder[fast])
+                self.note(f"{label}: {lost.finding()}, and every plan with more float units")
+                self.too_slow = True
+                return None  # the next ladder's plans are slower still
         return None
+
+    def fast_prefix(self, ladder: Sequence[P]) -> int:
+        """How many of ``ladder``'s plans (nested: each slower than the one before) win
+        their race, found by bisection on races alone: no plan is judged that could not
+        be served for speed."""
+        if not ladder or self.race(self.build(ladder[-1])) is None:
+            return len(ladder)
+        if self.race(self.build(ladder[0])) is not None:
+            return 0
+        wins, loses = 0, len(ladder) - 1
+        while loses - wins > 1:
+            middle = (wins + loses) // 2
+            if self.race(self.build(ladder[middle])) is None:
+                wins = middle
+            else:
+                loses = middle
+        return wins + 1
 
     # ---------------------------------------------------------------- one plan
 
@@ -262,7 +296,6 @@ class Int8Search(Generic[S, P]):
             self.races[built.label] = races(built.session, self.rivals, self.items)
             lost = self.races[built.label][-1]
             if not lost.faster:
-                self.outrun = True
                 outside = {rival.name for rival in self.outside}
                 self.outrun_from_outside |= lost.baseline_name in outside
         last = self.races[built.label][-1]
@@ -316,16 +349,18 @@ class Int8Search(Generic[S, P]):
     def refusal(self) -> AccuracyError | NoFasterPlanError:
         """Why no plan may be served: :class:`OutpacedError` where a rival from outside
         (``auto``'s) passed a plan over (not stored: another request would search on),
-        :class:`NoFasterPlanError` where the plans that could pass were too slow,
+        :class:`NoFasterPlanError` where speed had the last word (the ladder could not win),
         otherwise an :class:`AgreementError` naming the last plan's annotation, rate and
         bound (or an :class:`AccuracyError` where the token cosine refused them)."""
         names = " and ".join(rival.name for rival in self.rivals)
-        if self.outrun_from_outside:
+        if self.outrun_from_outside or self.deferred is not None:
             return OutpacedError(
                 f"No int8 plan keeps this model within the gate and runs faster than {names} "
-                f"here. Plans tried: {self.tried()}"
+                f"here. Plans tried: {self.tried()}",
+                deferred=self.deferred is not None,
+                base=self.deferred.session if self.deferred is not None else None,
             )
-        if self.outrun and not self.disagreements:
+        if self.too_slow:
             baseline = self.quantizer.baseline().name
             return NoFasterPlanError(
                 f"No int8 plan both keeps this model within the gate and runs faster than "

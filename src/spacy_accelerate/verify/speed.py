@@ -11,6 +11,7 @@ margin. Races run before the agreement is judged: a plan that cannot win is neve
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -19,19 +20,32 @@ from dataclasses import dataclass
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.runtime.session import Session
 
-#: Calibration items per timed pass, and alternating rounds (the medians are compared).
+#: Calibration items per timed pass at most, and alternating rounds (the medians are
+#: compared).
 TIMED_ITEMS = 4
 ROUNDS = 3
+
+#: A timed pass holds as many items (up to :data:`TIMED_ITEMS`) as the rival takes this
+#: long for: enough to rise above the timer's noise on a small model, few enough that a
+#: large model's race takes seconds.
+PASS_SECONDS = 0.25
 
 #: How much faster a lossy plan must be than the fastest exact (fp32) one to be chosen:
 #: within that, the timing's noise could pick a plan that changes annotations for nothing.
 LOSSY_MARGIN = 0.05
 
 
+#: Seconds between two timed passes: a runtime's worker threads spin for a while after a
+#: run (ONNX Runtime's do by default), and would slow the other session's pass down.
+SETTLE_SECONDS = 0.05
+
+
 def seconds_per_pass(session: Session, items: Sequence[EncoderInputs]) -> float:
     """Wall time of one run of ``session`` over ``items`` (the last hidden state only, as a
-    pipeline whose listeners read the last layer asks for)."""
+    pipeline whose listeners read the last layer asks for), after the other session's
+    threads have settled."""
     last = session.output_names[-1:]
+    time.sleep(SETTLE_SECONDS)
     start = time.perf_counter()
     for item in items:
         session.run(item, last)
@@ -70,10 +84,13 @@ def race(
     margin: float = 0.0,
 ) -> Race:
     """Time ``candidate`` and ``baseline`` (sessions) on the first calibration ``items``,
-    each warmed up once, then alternating for :data:`ROUNDS` rounds."""
-    timed = list(items[:TIMED_ITEMS])
-    seconds_per_pass(candidate, timed[:1])
-    seconds_per_pass(baseline, timed[:1])
+    each warmed up once on the first item, then alternating for :data:`ROUNDS` rounds
+    over as many items as make a pass of about :data:`PASS_SECONDS` (up to
+    :data:`TIMED_ITEMS`)."""
+    seconds_per_pass(candidate, items[:1])
+    one = seconds_per_pass(baseline, items[:1])
+    count = max(1, min(TIMED_ITEMS, len(items), math.ceil(PASS_SECONDS / max(one, 1e-6))))
+    timed = list(items[:count])
     mine, theirs = [], []
     for _ in range(ROUNDS):
         mine.append(seconds_per_pass(candidate, timed))
@@ -90,6 +107,21 @@ class Rival:
     name: str
     session: Session
     margin: float = LOSSY_MARGIN
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What bounds one lossy build inside a wider search (``precision="auto"``'s): the
+    rivals it must outrun (in place of its backend's own float plan), and whether an int8
+    search may go on to its ladders now, or must leave them for later (``auto`` first
+    tries every backend's whole plans, which set the bar a ladder must clear)."""
+
+    rivals: tuple[Rival, ...] = ()
+    ladders: bool = True
+
+
+#: A build asked for by name: its backend's own float plan to outrun, every ladder.
+NO_LIMITS = Limits()
 
 
 def races(

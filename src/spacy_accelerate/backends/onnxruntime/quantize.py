@@ -100,8 +100,9 @@ def prepare(source: Path, target: Path) -> None:
         quant_pre_process(str(source), str(target), skip_symbolic_shape=True)
 
 
-#: Calibration items each MatMul's harm is measured on.
-HARM_ITEMS = 8
+#: Calibration items each MatMul's harm is measured on: the ranking needs only the order
+#: of the MatMuls, and each one costs a run of the model over them.
+HARM_ITEMS = 2
 
 
 def matmul_harm(
@@ -356,11 +357,11 @@ def quantize_within_gate(
 ) -> tuple[Session, ParityReport]:
     """Quantize the fp32 model at ``job.path`` with the fastest plan that passes the
     gate (token cosine, then the pipeline's agreement) and outruns the fp32 model (and
-    ``job.rivals``), written to ``job.path``; the float model and the other candidates
+    the rivals of ``job.limits``), written to ``job.path``; the float model and the other candidates
     are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
     quantizer = OnnxRuntimeQuantizer(job, recipe, open_session)
     items = job.calibration.items if job.calibration is not None else job.batches
-    search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, rivals=job.rivals)
+    search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, limits=job.limits)
     return search.run()
 
 

@@ -20,7 +20,7 @@ from spacy_accelerate import progress
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.openvino.blobs import SUMS_FILE, checked_blobs
-from spacy_accelerate.backends.openvino.quantize import quantize_within_gate
+from spacy_accelerate.backends.openvino.quantize import parity_items, quantize_within_gate
 from spacy_accelerate.backends.openvino.session import (
     INSTALL_HINT,
     IR_FILE,
@@ -129,7 +129,7 @@ class OpenVINOBackend(Backend):
             if job.calibration is None:
                 raise ValueError("OpenVINO's int8 needs calibration inputs")
             progress.note("PyTorch fp32's hidden states on the calibration items (the reference)")
-            references = job.references(job.calibration.items)
+            references = job.references(parity_items(job.calibration))
             return quantize_within_gate(
                 job.path,
                 job.module,
@@ -142,7 +142,7 @@ class OpenVINOBackend(Backend):
                     model, job.provider, config, job.layout, None
                 ),
                 judge=job.judge,
-                rivals=job.rivals,
+                limits=job.limits,
             )
         ir = convert_to_ir(job.path, job.path.parent)  # converting costs seconds on every load
         job.path.unlink()

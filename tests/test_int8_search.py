@@ -1,0 +1,226 @@
+"""The one int8 search (verify/plan_search.py): plans raced first, judged fastest first,
+ladders only where they can win; both backends go through it; a CPU without bf16 races
+int8 against fp32. Timings and verdicts are injected: the search's order is what is
+tested, not this machine's speed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+from cpus import AMX_XEON, AVX512_EPYC
+
+import spacy_accelerate
+from spacy_accelerate import cpu_features as cpu_features_module
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.onnxruntime.quantize import OnnxRuntimeQuantizer
+from spacy_accelerate.backends.openvino.quantize import OpenVINOQuantizer
+from spacy_accelerate.errors import AccuracyError, AgreementError, NoFasterPlanError, OutpacedError
+from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.verify import speed
+from spacy_accelerate.verify.parity import ParityReport
+from spacy_accelerate.verify.plan_search import Built, Int8Search, Quantizer
+from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Rival
+
+ITEMS = [EncoderInputs.from_ids(np.ones((1, 4), dtype=np.int64), 0)]
+
+
+def _report() -> ParityReport:
+    return ParityReport(("h",), (0.0,), (1.0,), Gate(), (1, 4))
+
+
+@dataclass
+class FakeQuantizer(Quantizer[str, str]):  # type: ignore[type-var]
+    """Plans are names; a plan's session is its name; ``ladder`` is the one ladder."""
+
+    whole: Sequence[str]
+    ladder: Sequence[str] = ()
+    built: list[str] = field(default_factory=list)
+    harm_measured: bool = False
+    served: str | None = None
+
+    def whole_plans(self) -> Sequence[str]:
+        return self.whole
+
+    def label(self, plan: str) -> str:
+        return plan
+
+    def build(self, plan: str) -> Built[str, str]:  # type: ignore[type-var]
+        self.built.append(plan)
+        return Built(plan, plan, plan, _report())  # type: ignore[arg-type]
+
+    def baseline(self) -> Rival:
+        return Rival("fp32", "fp32")  # type: ignore[arg-type]
+
+    def ladder_base(self) -> str:
+        return self.whole[0]
+
+    def ladders(self, base: Built[str, str]) -> Iterator[Sequence[str]]:  # type: ignore[type-var]
+        self.harm_measured = True  # what ONNX Runtime's per-MatMul harm costs
+        yield self.ladder
+
+    def serve(self, built: Built[str, str]) -> None:  # type: ignore[type-var]
+        self.served = built.label
+
+    def discard(self) -> None:
+        pass
+
+
+def _timed(seconds: dict[str, float]) -> Callable[..., speed.Race]:
+    """Races where each session (named as its plan) takes ``seconds[name]``; rivals 1 s."""
+
+    def race(candidate, baseline, items, name, margin=0.0):
+        return speed.Race(seconds[candidate], seconds.get(baseline, 1.0), name, 1, margin)
+
+    return race
+
+
+def _judge(passing: set[str], judged: list[str]) -> Callable[[str], object]:
+    def judge(session: str) -> object:
+        judged.append(session)
+        if session not in passing:
+            raise AgreementError("changed", finding=f"tag changed by {session}")
+        return None
+
+    return judge
+
+
+def _search(
+    quantizer: FakeQuantizer, passing: set[str], judged: list[str], limits: Limits = NO_LIMITS
+) -> Int8Search:
+    return Int8Search(
+        quantizer,
+        gate=Gate(),
+        judge=_judge(passing, judged),  # type: ignore[arg-type]
+        items=ITEMS,
+        limits=limits,
+    )
+
+
+@pytest.mark.real_speed
+def test_the_fastest_passing_whole_plan_is_served_and_slower_ones_are_never_judged(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # static is fastest but changes tags; dynamic passes; blockwise is slower still, and
+    # the slowest does not beat fp32 by the margin at all.
+    seconds = {"static": 0.4, "dynamic": 0.6, "blockwise": 0.7, "slow": 0.97}
+    monkeypatch.setattr(speed, "race", _timed(seconds))
+    quantizer = FakeQuantizer(whole=["static", "slow", "blockwise", "dynamic"], ladder=["l1"])
+    judged: list[str] = []
+    session, report = _search(quantizer, {"dynamic", "blockwise"}, judged).run()
+    assert session == "dynamic" and quantizer.served == "dynamic"
+    assert judged == ["static", "dynamic"]  # in speed order, stopping at the first pass
+    assert not quantizer.harm_measured  # a whole plan passed: no ladder
+    assert report.plan == "dynamic"
+    assert report.refused[0].startswith("slow: not faster than fp32 by 5%")
+    assert report.refused[1] == "static: tag changed by static"
+
+
+@pytest.mark.real_speed
+def test_a_ladder_whose_all_int8_plan_cannot_win_is_skipped_harm_and_all(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(speed, "race", _timed({"all-int8": 0.98, "l1": 0.5}))
+    quantizer = FakeQuantizer(whole=["all-int8"], ladder=["l1"])
+    with pytest.raises(NoFasterPlanError) as refused:
+        _search(quantizer, {"l1"}, []).run()
+    assert not quantizer.harm_measured and quantizer.built == ["all-int8"]
+    assert "units back in float: not tried (all-int8, the fastest plan of its ladder" in str(
+        refused.value
+    )
+
+
+@pytest.mark.real_speed
+def test_a_ladder_finds_the_fewest_float_units_and_must_still_win(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    ladder = ["f1", "f2", "f3", "f4"]
+    seconds = {"all-int8": 0.5, "f1": 0.6, "f2": 0.7, "f3": 0.8, "f4": 0.9}
+    monkeypatch.setattr(speed, "race", _timed(seconds))
+    judged: list[str] = []
+    quantizer = FakeQuantizer(whole=["all-int8"], ladder=ladder)
+    session, _ = _search(quantizer, {"f2", "f3", "f4"}, judged).run()
+    assert session == "f2" and quantizer.harm_measured
+    assert judged[:2] == ["all-int8", "f4"]  # the most careful plan first, then bisection
+    # The same ladder where the plans from f2 on are too slow: they are raced, never judged,
+    # and the refusal is for speed.
+    monkeypatch.setattr(speed, "race", _timed({**seconds, "f2": 0.99, "f3": 0.99, "f4": 0.99}))
+    judged.clear()
+    slow = FakeQuantizer(whole=["all-int8"], ladder=ladder)
+    with pytest.raises(NoFasterPlanError, match="f2: not faster than fp32"):
+        _search(slow, {"f2", "f3", "f4"}, judged).run()
+    assert judged == ["all-int8", "f1"]
+
+
+@pytest.mark.real_speed
+def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(speed, "race", _timed({"all-int8": 0.5, "bf16": 0.45, "l1": 0.6}))
+    bf16 = Limits(rivals=(Rival("openvino bf16", "bf16", 0.0),))  # type: ignore[arg-type]
+    with pytest.raises(OutpacedError) as outpaced:
+        _search(FakeQuantizer(whole=["all-int8"], ladder=["l1"]), {"l1"}, [], bf16).run()
+    assert not outpaced.value.deferred
+    # First round of auto: whole plans only; a ladder that could win waits for the second.
+    later = Limits(ladders=False)
+    quantizer = FakeQuantizer(whole=["all-int8"], ladder=["l1"])
+    with pytest.raises(OutpacedError) as waiting:
+        _search(quantizer, {"l1"}, [], later).run()
+    assert waiting.value.deferred and not quantizer.harm_measured
+
+
+def test_a_search_refused_on_accuracy_alone_says_the_annotation():
+    quantizer = FakeQuantizer(whole=["all-int8"], ladder=["f1", "f2"])
+    with pytest.raises(AgreementError) as refused:
+        _search(quantizer, set(), []).run()
+    assert refused.value.finding == "f2: tag changed by f2"  # the plan, then its rates
+    assert not isinstance(refused.value, NoFasterPlanError)
+    assert isinstance(refused.value, AccuracyError)
+
+
+def test_both_backends_search_through_the_one_int8_search(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    searched: list[type] = []
+    run = Int8Search.run
+
+    def recorded(search: Int8Search):
+        searched.append(type(search.quantizer))
+        return run(search)
+
+    monkeypatch.setattr(Int8Search, "run", recorded)
+    for provider in ("cpu", "openvino"):
+        nlp = spacy.load(sample_path("roberta"))
+        spacy_accelerate.optimize(nlp, provider, "int8", cache_dir=cache_dir, min_agreement=0.5)
+    assert searched == [OnnxRuntimeQuantizer, OpenVINOQuantizer]
+
+
+@pytest.mark.parametrize("cpu", ["amx-xeon", "avx512-epyc-without-bf16"])
+def test_a_cpu_without_bf16_races_int8_against_fp32_not_bf16(
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cpu: str,
+):
+    simulated = AMX_XEON if cpu == "amx-xeon" else AVX512_EPYC.without_bf16()
+    monkeypatch.setattr(cpu_features_module, "_simulated", [simulated])
+    rivals: list[str] = []
+    race = speed.race  # the suite's stand-in: every candidate twice as fast
+
+    def recorded(candidate, baseline, items, name, margin=0.0):
+        rivals.append(name)
+        return race(candidate, baseline, items, name, margin)
+
+    monkeypatch.setattr(speed, "race", recorded)
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
+    expected = "openvino bf16" if simulated.bf16 else "openvino fp32"
+    assert rivals and set(rivals) == {expected}
+    proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    # What is not int8 runs in bf16 only where the CPU has it.
+    hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+    assert hint == "f32" or simulated.bf16
