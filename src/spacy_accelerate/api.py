@@ -6,13 +6,13 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from spacy.language import Language
 from spacy.util import registry
 
-from spacy_accelerate.architectures import detect_architecture
+from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.backends.registry import (
     check_provider,
     fallback_chain,
@@ -58,10 +58,11 @@ from spacy_accelerate.pipeline.persist import (
     unpatch_all,
 )
 from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
-from spacy_accelerate.pipeline.shim import find_shim, find_span_settings
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.verification import Verification
 
@@ -162,99 +163,125 @@ def apply_config(
     pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
     it (otherwise :class:`~spacy_accelerate.errors.CacheMissError`), and records
     ``request`` (what was loaded) rather than ``config`` (what it resolved to here)."""
-    components = find_transformer_components(nlp)  # 1. validate
-    shims = [find_shim(component) for component in components]  # 2. find the shim
-    encoders = [detect_architecture(s.pytorch_module) for s in shims]  # 3. detect
-    for location in shims:  # from here on, swaps wait for the batches in flight
-        guard(location)
-    cache = ModelCache(config.cache_dir, lock_timeout=config.lock_timeout)
-    build_allowed = not reloading or config.missing_cache is MissingCache.REBUILD
-    # What every model is checked on: random and control ids, and the pipeline's own
-    # inputs on built-in text (recorded once, on PyTorch, before anything is swapped).
-    checks = [
-        Verification(
-            window=find_span_settings(component).window,
-            special_ids=declared_special_ids(component.pipe),
-            probe=record_probe(nlp, location, detected.spec),
-        )
-        for component, location, detected in zip(components, shims, encoders, strict=True)
-    ]
-
-    # One search (``auto``'s, a fallback chain) records the calibration texts and computes
-    # PyTorch's outputs once per component, whatever number of candidates it builds.
-    sources = CalibrationSources(nlp)
-    references = {
-        location.component: References(
-            location.pytorch_module, detected, functools.partial(exclusive, location)
-        )
-        for location, detected in zip(shims, encoders, strict=True)
-    }
-    exports = {
-        location.component: SharedExport(detected)
-        for location, detected in zip(shims, encoders, strict=True)
-    }
-
-    def accelerate(attempt: OptimizeConfig, limits: Mapping[str, Limits] | None = None) -> None:
-        resolved = check_provider(attempt)  # 5. check the provider
-        attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
-        previous = [location.module for location in shims]
-        try:
-            for component, location, detected, verification in zip(
-                components, shims, encoders, checks, strict=True
-            ):
-                spans = find_span_settings(component)
-                module = location.pytorch_module
-                buckets = BucketPlan.for_pipeline(
-                    attempt.gpu, detected.spec, spans.window, spans.batch_size
-                )
-                calibration = sources.of(location, detected.spec, attempt)
-                judge = (
-                    agreement_judge(calibration, module, attempt)
-                    if calibration is not None
-                    else None
-                )
-                session, exported = get_or_export(  # 6. get or export the ONNX model
-                    module,
-                    detected,
-                    attempt,
-                    resolved,
-                    cache,
-                    window=spans.window,
-                    buckets=buckets,
-                    calibration=calibration,
-                    judge=judge,
-                    verification=verification,
-                    build_allowed=build_allowed,
-                    exclusive=functools.partial(exclusive, location),
-                    source=PipelineSource.of(nlp.meta, location.component),
-                    limits=(limits or {}).get(location.component, NO_LIMITS),
-                    references=references[location.component],
-                    export=exports[location.component],
-                )
-                proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
-                patch(location, proxy)  # 8. patch
-                if attempt.warmup:
-                    warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
-        except BaseException:
-            for location, module in zip(shims, previous, strict=True):
-                revert(location, module)
-            raise
-
+    accelerator = Accelerator(nlp, config, reloading=reloading)
+    shims = [target.location for target in accelerator.targets]
     try:
         if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, fastest kept
-            source = sources.texts_of(shims[0], encoders[0].spec, config)
+            first = accelerator.targets[0]
+            source = accelerator.sources.texts_of(first.location, first.detected.spec, config)
             candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
-            choose(nlp, config, candidates, shims, source, cache, accelerate)
+            choose(nlp, config, candidates, shims, source, accelerator.cache, accelerator)
         else:
             # With fallback=True, steps 5-9 run again on the next provider when one fails.
-            serve_first(fallback_chain(config), accelerate)
+            serve_first(fallback_chain(config), accelerator)
     finally:
-        for export in exports.values():
-            export.close()
+        accelerator.close()
     for name, proxy in accelerated_components(nlp).items():
         _log_served(name, proxy.exported)
     _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
     return nlp
+
+
+@dataclass(frozen=True)
+class Target:
+    """One transformer component to accelerate: where its module sits, what it is, what
+    every model of it is checked on, and what the builds of one call share (PyTorch's
+    outputs, the exported graph)."""
+
+    component: Any
+    location: ShimLocation
+    detected: DetectedEncoder
+    verification: Verification
+    references: References
+    export: SharedExport
+
+    @classmethod
+    def of(cls, nlp: Language, component: Any) -> Target:
+        location = find_shim(component)  # 2. find the shim
+        detected = detect_architecture(location.pytorch_module)  # 3. detect
+        guard(location)  # from here on, swaps wait for the batches in flight
+        # What every model is checked on: random and control ids, and the pipeline's own
+        # inputs on built-in text (recorded once, on PyTorch, before anything is swapped).
+        verification = Verification(
+            window=find_span_settings(component).window,
+            special_ids=declared_special_ids(component.pipe),
+            probe=record_probe(nlp, location, detected.spec),
+        )
+        held = functools.partial(exclusive, location)
+        references = References(location.pytorch_module, detected, held)
+        return cls(component, location, detected, verification, references, SharedExport(detected))
+
+
+class Accelerator:
+    """Serves one concrete request on every transformer of a pipeline (steps 5-9), all or
+    nothing; called once per candidate of a search (``auto``'s, a fallback chain), which
+    records the calibration texts, computes PyTorch's outputs and exports each encoder
+    only once."""
+
+    def __init__(self, nlp: Language, config: OptimizeConfig, *, reloading: bool) -> None:
+        self.nlp = nlp
+        components = find_transformer_components(nlp)  # 1. validate
+        self.targets = [Target.of(nlp, component) for component in components]
+        self.cache = ModelCache(config.cache_dir, lock_timeout=config.lock_timeout)
+        self.build_allowed = not reloading or config.missing_cache is MissingCache.REBUILD
+        self.sources = CalibrationSources(nlp)
+
+    def __call__(self, attempt: OptimizeConfig, limits: Mapping[str, Limits] | None = None) -> None:
+        resolved = check_provider(attempt)  # 5. check the provider
+        attempt = attempt.served_by(resolved.provider)  # ``auto`` decided
+        previous = [target.location.module for target in self.targets]
+        try:
+            for target in self.targets:
+                self.serve(
+                    target,
+                    attempt,
+                    resolved,
+                    (limits or {}).get(target.location.component, NO_LIMITS),
+                )
+        except BaseException:
+            for target, module in zip(self.targets, previous, strict=True):
+                revert(target.location, module)
+            raise
+
+    def serve(
+        self, target: Target, attempt: OptimizeConfig, resolved: ResolvedProvider, limits: Limits
+    ) -> None:
+        """Steps 6-9 for one transformer."""
+        location, detected = target.location, target.detected
+        spans = find_span_settings(target.component)
+        module = location.pytorch_module
+        buckets = BucketPlan.for_pipeline(
+            attempt.gpu, detected.spec, spans.window, spans.batch_size
+        )
+        calibration = self.sources.of(location, detected.spec, attempt)
+        judge = agreement_judge(calibration, module, attempt) if calibration is not None else None
+        session, exported = get_or_export(  # 6. get or export the ONNX model
+            module,
+            detected,
+            attempt,
+            resolved,
+            self.cache,
+            window=spans.window,
+            buckets=buckets,
+            calibration=calibration,
+            judge=judge,
+            verification=target.verification,
+            build_allowed=self.build_allowed,
+            exclusive=functools.partial(exclusive, location),
+            source=PipelineSource.of(self.nlp.meta, location.component),
+            limits=limits,
+            references=target.references,
+            export=target.export,
+        )
+        proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
+        patch(location, proxy)  # 8. patch
+        if attempt.warmup:
+            warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
+
+    def close(self) -> None:
+        """Remove the scratch exports."""
+        for target in self.targets:
+            target.export.close()
 
 
 def _log_served(component: str, exported: ExportedModel) -> None:
