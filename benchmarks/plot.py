@@ -1,9 +1,10 @@
-"""Chart of a ``benchmarks/run.py`` result: words per second per variant, speedup annotated.
+"""Chart of ``benchmarks/run.py`` results: words per second per variant, speedup annotated.
 
-    python benchmarks/plot.py [benchmarks/results/<machine>-<date>.json]
+    python benchmarks/plot.py [RESULT.json ...] [--output CHART.png]
 
-Without an argument, the newest result in ``benchmarks/results`` is drawn. The
-PNG is written next to the JSON, with the same name.
+Without an argument, the newest result in ``benchmarks/results`` is drawn. Several results
+(one run per pipeline, say) are drawn as one chart, a row per pipeline. The PNG is written
+next to the first JSON, with the same name, unless ``--output`` names it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ def newest_result(folder: Path = RESULTS) -> Path:
     return max(candidates, key=lambda p: json.loads(p.read_text())["date"])
 
 
-def plot(result_path: Path) -> Path:
-    results = json.loads(result_path.read_text())
-    pipelines = results["pipelines"]
+def plot(result_paths: list[Path], output: Path | None = None) -> Path:
+    runs = [json.loads(path.read_text()) for path in result_paths]
+    results = runs[0]
+    pipelines = {name: report for run in runs for name, report in run["pipelines"].items()}
     figure, axes = plt.subplots(
         len(pipelines), len(MODES), figsize=(12, 2.2 + 1.6 * len(pipelines)), squeeze=False
     )
@@ -62,16 +64,17 @@ def plot(result_path: Path) -> Path:
         fontsize=10,
     )
     figure.tight_layout()
-    output = result_path.with_suffix(".png")
+    output = output or result_paths[0].with_suffix(".png")
     figure.savefig(output, dpi=110)
     return output
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", type=Path, nargs="?")
+    parser.add_argument("results", type=Path, nargs="*")
+    parser.add_argument("--output", type=Path, help="the PNG (default: beside the first JSON)")
     args = parser.parse_args()
-    print(plot(args.result or newest_result()))
+    print(plot(args.results or [newest_result()], args.output))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest.mock import Mock
 
 import numpy as np
 import pytest
@@ -20,7 +21,11 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.quantize import OnnxRuntimeQuantizer
 from spacy_accelerate.backends.openvino.quantize import OpenVINOQuantizer
 from spacy_accelerate.errors import AccuracyError, AgreementError, NoFasterPlanError, OutpacedError
+from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline import auto_precision
+from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.plan_search import Built, Int8Search, Quantizer
@@ -224,3 +229,75 @@ def test_a_cpu_without_bf16_races_int8_against_fp32_not_bf16(
     # What is not int8 runs in bf16 only where the CPU has it.
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
     assert hint == "f32" or simulated.bf16
+
+
+class _Location:
+    """Where a stand-in module sits, for :class:`AutoSearch` without a pipeline."""
+
+    def __init__(self) -> None:
+        self.component = "transformer"
+        self.module: object = "pytorch"
+
+
+def _module(label: str) -> AcceleratedModule:
+    module = Mock(spec=AcceleratedModule)
+    module.session = label  # a rival's session: the race stand-in reads it by name
+    return module
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_auto_tries_cheap_plans_first_and_bounds_the_rest_by_the_fastest_that_passed(
+    monkeypatch: pytest.MonkeyPatch, full: bool
+):
+    # Seconds of the pipeline per plan (a deferred int8 search's all-int8 plan is "base").
+    seconds = {"cpu fp32": 1.0, "openvino bf16": 0.6, "cpu int8": 0.5, "openvino int8": 0.4}
+    passing = {"cpu fp32", "openvino bf16", "openvino int8"}
+    calls: list[tuple[str, tuple[str, ...], bool]] = []
+    location = _Location()
+
+    def accelerate(config, limits):
+        label = f"{config.provider.value} {config.precision.value}"
+        limit = limits.get("transformer", Limits())
+        calls.append((label, tuple(rival.name for rival in limit.rivals), limit.ladders))
+        if label == "cpu int8" and not limit.ladders:
+            raise OutpacedError("ladders later", deferred=True, base="base")
+        if label not in passing:
+            raise AgreementError("changed", finding=f"{label} changed tags")
+        location.module = _module(label)
+
+    monkeypatch.setattr(auto_precision, "revert", lambda location, module: None)
+    monkeypatch.setattr(auto_precision, "patch", lambda location, module: None)
+    monkeypatch.setattr(
+        auto_precision.AutoSearch,
+        "timed",
+        lambda self, modules, texts=(): seconds[modules[0].session],
+    )
+    # The deferred search's all-int8 plan ("base", 0.45) loses to openvino int8 (0.4).
+    monkeypatch.setattr(speed, "race", _timed({"base": 0.45, "openvino int8": 0.4}))
+    source = Mock(texts=("a text",), full=Mock(items=ITEMS))
+    config = build_config("auto", "auto")
+    search = auto_precision.AutoSearch(Mock(), config, [location], source, accelerate)
+    candidates = [
+        auto_precision.Candidate(Provider(p), Precision(q))
+        for p, q in [("cpu", "int8"), ("openvino", "int8"), ("openvino", "bf16"), ("cpu", "fp32")]
+    ]
+    if full:
+        with auto_precision.full_search():
+            search = auto_precision.AutoSearch(Mock(), config, [location], source, accelerate)
+            choice = search.run(candidates)
+    else:
+        choice = search.run(candidates)
+    assert choice.chosen.label == "openvino int8"  # the same plan either way
+    if full:  # every candidate in full, no rivals
+        assert all(not rivals and ladders for _, rivals, ladders in calls)
+        return
+    # fp32 first (exact), then bf16, then the int8 searches, whole plans first; each lossy
+    # one bounded by the fastest plan that passed before it.
+    assert calls == [
+        ("cpu fp32", (), True),
+        ("openvino bf16", ("cpu fp32",), True),
+        ("cpu int8", ("openvino bf16",), False),
+        ("openvino int8", ("openvino bf16",), True),  # the last int8 search: ladders at once
+    ]
+    # cpu int8's ladders were never searched: its all-int8 plan lost to openvino int8.
+    assert "units back in float: not tried" in choice.refused["cpu int8"]

@@ -275,8 +275,9 @@ class AutoSearch:
     each lossy one racing the fastest plan that passed so far before it is judged (the
     fastest exact one by :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`, or a faster
     lossy one), so that a plan that cannot win is never judged. The int8 searches run in
-    two rounds: every backend's whole plans first, then, where none passed, the ladders
-    whose all-int8 plan can still beat the bar the first round set. Each plan that passes
+    two rounds: every backend's whole plans first (the last search goes on to its ladders
+    at once), then, where none passed, the other ladders whose all-int8 plan can still
+    beat the bar the first round set. Each plan that passes
     is timed in the pipeline at once, then all of them in turns, and the fastest is served
     (a lossy one only where it beats the fastest exact one by the margin)."""
 
@@ -300,9 +301,15 @@ class AutoSearch:
     def run(self, candidates: Sequence[Candidate]) -> Choice:
         judging = "precision='auto': building and judging each candidate"
         deferred: dict[str, tuple[Candidate, object]] = {}
-        for candidate in progress.track(sorted(candidates, key=stage), judging):
+        ordered = sorted(candidates, key=stage)
+        for candidate in progress.track(ordered, judging):
             progress.note(candidate.label)
-            base = self.serve(candidate, ladders=not self.prune or stage(candidate) < 2)
+            # An int8 search leaves its ladders for later while another one's whole plans
+            # are still to come (they may set a higher bar); the last one need not.
+            later = any(stage(other) == 2 for other in ordered[ordered.index(candidate) + 1 :])
+            base = self.serve(
+                candidate, ladders=not (self.prune and stage(candidate) == 2 and later)
+            )
             if base is not None:
                 deferred[candidate.label] = (candidate, base)
         for candidate, base in deferred.values():  # the ladders, against the bar set since

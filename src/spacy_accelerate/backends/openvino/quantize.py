@@ -1,49 +1,28 @@
-"""OpenVINO int8: NNCF post-training quantization, calibrated on real spans, under accuracy control.
+"""OpenVINO int8: NNCF post-training quantization, calibrated on real spans, as a plan search.
 
-NNCF quantizes the IR with statistics of the calibration items (its
-transformer preset: SmoothQuant, bias correction, int8 activations and
-per-channel int8 weights). The candidate must pass two gates on the
-calibration documents: the token cosine of the hidden states to PyTorch's
-(:meth:`~spacy_accelerate.options.config.OptimizeConfig.gate`) and the agreement of
-every annotation the pipeline sets with PyTorch fp32's (the ``judge``, see
-:mod:`spacy_accelerate.verify.agreement`).
+:class:`OpenVINOQuantizer` gives the one int8 search
+(:mod:`spacy_accelerate.verify.plan_search`) OpenVINO's plans:
 
-Plans are tried in this order, and the first that passes is served:
+- whole plans, each one quantization: *static int8* (NNCF's transformer preset:
+  SmoothQuant, bias correction, int8 activations and per-channel int8 weights; what is not
+  int8 runs in bf16 where the CPU has it), the same with each layer's *feed-forward output
+  MatMul in float* (:class:`FloatFeedForwardOutputs`), and *dynamic int8*
+  (:class:`DynamicInt8`: int8 weights, each token's activations quantized at run time,
+  only where OpenVINO really does that: VNNI and f32 input);
+- ladders, where no whole plan passes: whole transformer layers of the static model back
+  in float, ranked by how much each one's mean token cosine drops in the static model's own
+  parity report (for free), in bf16 where the CPU has it, then in fp32 (bf16's own error can
+  be what fails the gate). Each float-layer plan is the static model with its layers'
+  quantizers removed (:mod:`~spacy_accelerate.backends.openvino.float_layers`), not
+  another quantization.
 
-1. static int8, every MatMul (the all-int8 model), the fastest;
-2. dynamic int8 (:class:`DynamicInt8`): int8 weights, activations quantized
-   per token at run time, the rest in bf16 where the CPU has it, then (where
-   that fails) the same in fp32; more accurate, at 79-84% of static int8's
-   speed. A float-layer plan with one to three layers in bf16 can be faster,
-   but where static int8 fails, those tend to fail too (trf-base needed eight
-   of twelve), while dynamic int8 is one model to judge (two where the bf16
-   one is refused);
-3. float layers: the transformer layers whose static quantization adds the
-   most error go back to float, most harmful first. The most float layers the
-   ladder allows is tried first (all layers but one where they run in bf16,
-   half of them in fp32; if that fails, fewer would too), then the fewest
-   that pass are found by bisection (the plans are nested). Where the CPU has
-   bf16 and no bf16 plan passes, the fp32 ladder is searched the same way:
-   bf16's own error can be what fails the gate.
-
-A refusal costs three models judged (five where the CPU has bf16). Each
-float-layer plan is the all-int8 model with its layers' MatMuls put back in
-float (:mod:`~spacy_accelerate.backends.openvino.float_layers`), not another quantization. A layer's
-harm is read off the all-int8 model's own parity report, for free: how much
-the mean cosine drops from the hidden state before the layer to the one after
-it. The
-plan is logged and recorded in the manifest, so how much of the model is
-int8, and how, is never hidden. (NNCF's own accuracy-aware search reverts one
-quantizer at a time with a full evaluation after each; on MiniLM it took
-minutes and did not converge in our trials, while this quantizes once and
-judges at most eight models for 12 layers: static, dynamic in bf16 and in
-fp32, then at most five plans of the bf16 ladder, or its last plan and at
-most four of the fp32 ladder.)
-
-What each plan was judged with (the float part's precision, dynamic int8's
-group size) is recorded in its IR
-(:func:`~spacy_accelerate.backends.openvino.session.compile_settings`),
-so each plan is compiled again, on a warm start, exactly as it was judged.
+The float plan every int8 plan must outrun is OpenVINO's float model compiled as this CPU
+serves it best: bf16 where it has bf16 units, fp32 elsewhere
+(:func:`~spacy_accelerate.backends.openvino.session.speed_baseline`). What each plan was
+judged with (the float part's precision, dynamic int8's group size) is recorded in its IR
+(:func:`~spacy_accelerate.backends.openvino.session.compile_settings`), so a warm start
+compiles it exactly as it was judged. Measured figures: ``docs/openvino.md``,
+``benchmarks/results/int8_mechanisms-*.json``.
 """
 
 from __future__ import annotations
@@ -164,13 +143,10 @@ def plan_ladder(harm: Sequence[float], *, float_in_bf16: bool = True) -> Iterato
     most harmful, ... up to all but one layer where the float layers run in bf16,
     half of them where they run in fp32.
 
-    Why: trf-base encoder, one 16 x 128 batch: all-int8 0.51 s, half of the layers
-    in bf16 0.70 s, in fp32 1.15 s; the bf16 model 0.90 s, fp32 1.78 s. Each float
-    layer adds its share of the difference, so with bf16 float layers even eleven
-    of twelve (about 0.87 s by that count; not measured) stay ahead of the bf16
-    model, while fp32 float layers past half would cost most of what int8 gains.
-    On trf-base, whose random heads flip tags at the smallest change, the default
-    gate needed eight of twelve layers in bf16."""
+    Why: each float layer adds its share of the float model's time, and bf16 layers cost
+    far less than fp32 ones, so with bf16 even all layers but one stay ahead of the bf16
+    model, while fp32 float layers past half would cost most of what int8 gains (timings
+    in ``docs/openvino.md``)."""
     most = len(harm) - 1 if float_in_bf16 else len(harm) // 2
     hint = "bf16" if float_in_bf16 else "f32"
     for layers in float_layer_ladder(harm, most):
@@ -185,18 +161,10 @@ class DynamicInt8:
     ``group_size`` channels; the rest (LayerNorm, attention) in the OpenVINO hint
     ``hint``.
 
-    Why it comes right after static int8: scales made for each token follow the
-    activations more closely than NNCF's static ones, at 79-84% of their speed.
-    trf-base encoder on real spans, speeds relative to fp32
-    (``benchmarks/openvino_dynamic_int8.py``,
-    ``benchmarks/results/openvino_dynamic_int8-trf-base.json``): static int8 3.26x;
-    dynamic int8 in groups of 128 2.75x with the rest in bf16, 2.59x in fp32 (2.08x
-    with OpenVINO's default groups of 32 and fp32); bf16 1.90x. Smallest token
-    cosine to fp32: 0.99687 static, 0.99989 dynamic. On trf-base's 4,913 tags of the
-    previous calibration sample, static int8 changed 38-39, dynamic int8 23 with bf16
-    and 20 with fp32 (development runs, before the Wilson rule). Larger
-    groups were faster (256: 2.88x with bf16) but changed 38 tags with bf16 and
-    24 with fp32, 768 changed 30 with fp32: 128 keeps a margin.
+    Why: scales made for each token follow a real checkpoint's outlier activations more
+    closely than NNCF's static ones, for some speed (``benchmarks/openvino_dynamic_int8.py``
+    measured the group sizes: larger groups ran faster and changed more tags; 128 keeps a
+    margin).
     """
 
     group_size: int = DYNAMIC_INT8_GROUP_SIZE
