@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -32,16 +33,19 @@ def newest_result(folder: Path = RESULTS) -> Path:
 def plot(result_paths: list[Path], output: Path | None = None) -> Path:
     runs = [json.loads(path.read_text()) for path in result_paths]
     results = runs[0]
-    pipelines = {name: report for run in runs for name, report in run["pipelines"].items()}
+    pipelines = {name: (report, run) for run in runs for name, report in run["pipelines"].items()}
+    # Runs from more than one machine: each row names its own.
+    several = len({_machine(run) for run in runs}) > 1
     figure, axes = plt.subplots(
         len(pipelines), len(MODES), figsize=(12, 2.2 + 1.6 * len(pipelines)), squeeze=False
     )
-    for row, (pipeline, report) in enumerate(pipelines.items()):
+    for row, (pipeline, (report, run)) in enumerate(pipelines.items()):
         names = list(report["variants"])
         for column, mode in enumerate(MODES):
             axis = axes[row][column]
-            wps = [report["variants"][n]["wps"][mode] for n in names]
-            speedups = [report["variants"][n]["speedup"][mode] for n in names]
+            # A variant refused in this mode (the gate judges what runs) has no bar.
+            wps = [report["variants"][n]["wps"].get(mode, 0.0) for n in names]
+            speedups = [report["variants"][n]["speedup"].get(mode) for n in names]
             colors = ["#888888" if n.startswith("pytorch") else "#2a7ab9" for n in names]
             bars = axis.barh(names, wps, color=colors)
             axis.invert_yaxis()
@@ -49,24 +53,34 @@ def plot(result_paths: list[Path], output: Path | None = None) -> Path:
                 axis.text(
                     bar.get_width(),
                     bar.get_y() + bar.get_height() / 2,
-                    f" {speedup:.2f}x",
+                    f" {speedup:.2f}x" if speedup is not None else " refused",
                     va="center",
                     fontsize=9,
                 )
             axis.set_xlim(0, max(wps) * 1.25)
-            axis.set_title(f"{pipeline}: {mode} ({report['words']:,} words)", fontsize=10)
+            where = f", {_machine(run)}" if several else ""
+            axis.set_title(f"{pipeline}: {mode} ({report['words']:,} words{where})", fontsize=10)
             axis.set_xlabel("words per second")
             axis.tick_params(axis="y", labelsize=9)
-    machine = results["machine"]
+    where = "" if several else f"{_machine(results)}, "
     figure.suptitle(
-        f"{machine['cpu']}, {machine['cpus']} CPUs, batch {results['batch_size']}, "
-        f"median of {results['repeats']} alternating passes ({results['date'][:10]})",
+        f"{where}batch {results['batch_size']}, median of {results['repeats']} alternating "
+        f"passes ({', '.join(sorted({run['date'][:10] for run in runs}))})",
         fontsize=10,
     )
     figure.tight_layout()
     output = output or result_paths[0].with_suffix(".png")
     figure.savefig(output, dpi=110)
     return output
+
+
+def _machine(run: dict[str, Any]) -> str:
+    machine = run["machine"]
+    cpu = machine["cpu"]
+    for noise in ("(R)", "(TM)", " Processor", " CPU"):
+        cpu = cpu.replace(noise, "")
+    suffix = ", bf16 unavailable" if run.get("no_bf16") else ""
+    return f"{cpu}, {machine['cpus']} CPUs{suffix}"
 
 
 def main() -> None:

@@ -320,6 +320,18 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else ""
 
 
+def _speed(row: dict[str, Any], vs_bf16: dict[str, float], mode: str) -> str:
+    """A variant's words per second, speedup and ratio to bf16 autocast in ``mode`` (three
+    cells); a variant refused in that mode says so (its reason is listed below the table)."""
+    if mode not in row["wps"]:
+        return "refused | | "
+    return f"{row['wps'][mode]:,.0f} | {row['speedup'][mode]:.2f}x | {_ratio(vs_bf16.get(mode))}"
+
+
+def _mib(value: float | None) -> str:
+    return f"{value:,.0f} MiB" if value is not None else "not measured"
+
+
 def markdown(results: dict[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -350,14 +362,11 @@ def markdown(results: dict[str, Any]) -> str:
             gold = row["gold"]
             vs = row.get("vs_bf16_autocast", {})
             lines.append(
-                f"| {pipeline} | {variant} | {row['wps']['full']:,.0f} "
-                f"| {row['speedup']['full']:.2f}x | {_ratio(vs.get('full'))} "
-                f"| {row['wps'].get('transformer+ner', 0):,.0f} "
-                f"| {row['speedup'].get('transformer+ner', 0):.2f}x "
-                f"| {_ratio(vs.get('transformer+ner'))} | {gold['tag_acc']:.3f} "
+                f"| {pipeline} | {variant} | {_speed(row, vs, 'full')} "
+                f"| {_speed(row, vs, 'transformer+ner')} | {gold['tag_acc']:.3f} "
                 f"| {gold['dep_las']:.3f} | {gold['ents_f']:.3f} | {agreement} "
                 f"| {row.get('min_token_cosine', 1.0):.4f} | {timing} "
-                f"| {row['peak_rss_mib'] or 0:,.0f} MiB |"
+                f"| {_mib(row['peak_rss_mib'])} |"
             )
     for pipeline, report in results["pipelines"].items():
         for variant, row in report["variants"].items():
@@ -404,10 +413,12 @@ def benchmark_variants(
     only: list[str] | None = None,
     cache: Path | None = None,
     no_bf16: bool = False,
+    skip: list[str] | None = None,
 ) -> tuple[dict[str, Variant], dict[str, str]]:
     """The variants this machine runs, plus OpenVINO int8 under ``lowered_agreement`` and
     ``auto``'s full search (in a folder of ``cache`` of its own); with ``only``, those
-    whose name contains one of its words (PyTorch fp32 always)."""
+    whose name contains one of its words, less those whose name contains one of ``skip``'s
+    (PyTorch fp32 always)."""
     variants, skipped = available_variants()
     if no_bf16:
         skipped[BF16_AUTOCAST] = "bf16 unavailable (simulated CPU without bf16 units)"
@@ -425,6 +436,12 @@ def benchmark_variants(
             for name, variant in variants.items()
             if name == "pytorch fp32" or any(word in name for word in only)
         }
+    if skip:
+        variants = {
+            name: variant
+            for name, variant in variants.items()
+            if name == "pytorch fp32" or not any(word in name for word in skip)
+        }
     return variants, skipped
 
 
@@ -439,6 +456,9 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument(
         "--only", nargs="+", help="run only the variants whose name contains one of these"
+    )
+    parser.add_argument(
+        "--skip", nargs="+", help="leave out the variants whose name contains one of these"
     )
     parser.add_argument(
         "--openvino-min-agreement",
@@ -471,7 +491,7 @@ def main() -> None:
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="spacy-accelerate-bench-"))
     os.environ["SPACY_ACCELERATE_CACHE"] = str(cache)  # every variant, and the probes
     variants, skipped = benchmark_variants(
-        args.openvino_min_agreement or None, args.only, cache, args.no_bf16
+        args.openvino_min_agreement or None, args.only, cache, args.no_bf16, args.skip
     )
     info = machine()
     started = datetime.now(timezone.utc)

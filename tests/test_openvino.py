@@ -781,8 +781,11 @@ def test_a_race_alternates_and_compares_medians(monkeypatch: pytest.MonkeyPatch)
     assert not result.faster  # a tie is not faster
     assert result.finding().startswith("not faster than bf16 on this CPU (4000 ms vs bf16")
     # A large model's item takes a second: one item a pass, so a race takes seconds.
+    # Two rounds settle it (3 and 2 against 4 and 4): the third is never timed.
     seconds.update(candidate=iter([1.0, 3, 2, 1]), baseline=iter([1.0, 4, 4, 4]))
+    calls.clear()
     slow = speed.race("candidate", "baseline", items, "bf16", 0.05)
     assert (
         slow.items == 1 and slow.faster and slow.finding().startswith("not faster than bf16 by 5%")
     )
+    assert len(calls) == 6 and (slow.candidate, slow.baseline) == (2.5, 4)

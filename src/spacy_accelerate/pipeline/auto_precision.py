@@ -5,11 +5,12 @@ The candidates are every precision the provider serves (every usable provider's,
 built (or read from the cache) and judged as if asked for by name: a lossy plan must
 keep the pipeline's annotations of the calibration texts (``min_agreement``), fp32 its
 parity. The search (:class:`AutoSearch`) stops where a candidate cannot win: the exact
-plans are served first, and every lossy build then races the fastest plans that passed
-before it is judged (an int8 search skips its ladder where its all-int8 plan cannot win;
-see :mod:`~spacy_accelerate.verify.plan_search`). The ones that pass are timed side by
-side on the calibration texts, in turns, and the fastest is served. ``optimize()`` logs
-the plan that won and why each other one lost.
+plans are served first, and every lossy build then races the plan that would be served
+so far before it is judged (an int8 search skips its ladder where its all-int8 plan
+cannot win; see :mod:`~spacy_accelerate.verify.plan_search`). The ones that pass are
+timed side by side on the calibration texts, in turns, and the fastest is served, a
+lossier one only where it is faster by a margin. ``optimize()`` logs the plan that won
+and why each other one lost.
 
 The choice is stored as a cache entry of its own, keyed by everything it depends on:
 the transformers' weights, the pipeline's other components, the calibration texts and
@@ -64,6 +65,10 @@ TIMED_TOKENS = 1500
 
 #: Turns of timing; each candidate's fastest turn counts.
 TURNS = 2
+
+#: How many times slower than the fastest passing plan's first turn a plan may be and
+#: still be timed again in the race: well beyond the noise of a shared machine.
+OUT_OF_CONTENTION = 1.5
 
 #: Timed texts each candidate warms up on before its first turn.
 WARM_UP_TEXTS = 4
@@ -141,7 +146,7 @@ def choice_inputs(
     usable = on_gpu and torch.cuda.is_available()
     gpu = torch.cuda.get_device_name(config.gpu.device_id or 0) if usable else None
     return {
-        "auto_precision": 2,  # 2: the pruned search (AutoSearch)
+        "auto_precision": 3,  # 3: lossier plans beat less lossy ones by the margin
         "candidates": [candidate.label for candidate in candidates],
         "weights_sha256": [weights_digest(location.pytorch_module) for location in locations],
         "judged_by_sha256": source.judged_by,
@@ -245,9 +250,10 @@ def full_search() -> Iterator[None]:
 
 
 def stage(candidate: Candidate) -> int:
-    """The order candidates are tried in: exact plans first (one parity check each), then
-    the lossy plans judged as one model (bf16, fp16), then int8 (a plan search). So a
-    costly search starts only once the cheap plans have set the bar it must clear."""
+    """The order candidates are tried in, which is also how lossy each is: exact plans
+    first (one parity check each), then the lossy plans judged as one model (bf16, fp16),
+    then int8 (a plan search). So a costly search starts only once the cheap plans have
+    set the bar it must clear, and a lossier plan must beat a less lossy one by a margin."""
     if candidate.precision is Precision.FP32:
         return 0
     return 2 if candidate.precision is Precision.INT8 else 1
@@ -265,21 +271,17 @@ class Served:
     def seconds(self) -> float:
         return min(self.turns)
 
-    @property
-    def exact(self) -> bool:
-        return self.candidate.precision is Precision.FP32
-
 
 class AutoSearch:
     """One search of ``precision="auto"``: the candidates served in :func:`stage` order,
-    each lossy one racing the fastest plan that passed so far before it is judged (the
-    fastest exact one by :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`, or a faster
-    lossy one), so that a plan that cannot win is never judged. The int8 searches run in
+    each lossy one racing the plan that would be served so far before it is judged (by
+    :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN` where that plan is less lossy), so
+    that a plan that cannot win is never judged. The int8 searches run in
     two rounds: every backend's whole plans first (the last search goes on to its ladders
     at once), then, where none passed, the other ladders whose all-int8 plan can still
     beat the bar the first round set. Each plan that passes
-    is timed in the pipeline at once, then all of them in turns, and the fastest is served
-    (a lossy one only where it beats the fastest exact one by the margin)."""
+    is timed in the pipeline at once, then all of them in turns, and :func:`fastest` picks
+    the one served (a lossier plan only where it beats a less lossy one by the margin)."""
 
     def __init__(
         self,
@@ -320,7 +322,7 @@ class AutoSearch:
             raise self.nothing_served()
         self.race()
         seconds = {label: served.seconds for label, served in self.served.items()}
-        winner = self.served[fastest(seconds, self.exact_labels())]
+        winner = self.served[fastest(seconds, self.ranks())]
         for location, module in zip(self.locations, winner.modules, strict=True):
             if isinstance(module, AcceleratedModule):
                 patch(location, module)
@@ -336,26 +338,26 @@ class AutoSearch:
             )
         return AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
 
-    def exact_labels(self) -> set[str]:
-        return {label for label, served in self.served.items() if served.exact}
+    def ranks(self) -> dict[str, int]:
+        """Each passing plan's loss rank (its :func:`stage`), for :func:`fastest`."""
+        return {label: stage(served.candidate) for label, served in self.served.items()}
 
-    def bar(self) -> tuple[Served, float] | None:
-        """The plan a lossy candidate must outrun, and by how much: the fastest lossy plan
-        that passed where it beats the fastest exact one by the margin, else the fastest
-        exact one, by the margin (None: nothing passed yet)."""
+    def bar(self, candidate: Candidate) -> tuple[Served, float] | None:
+        """The plan ``candidate`` must outrun, and by how much: the plan that would be
+        served now (:func:`fastest`), by :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`
+        where that plan is less lossy than ``candidate``, else by nothing (None: nothing
+        passed yet). So a candidate that wins its race would also win the final choice."""
         if not self.served:
             return None
-        by_speed = sorted(self.served.values(), key=lambda served: served.seconds)
-        exact = [served for served in by_speed if served.exact]
-        best = by_speed[0]
-        if not exact or (not best.exact and best.seconds < exact[0].seconds * (1 - LOSSY_MARGIN)):
-            return best, 0.0
-        return exact[0], LOSSY_MARGIN
+        seconds = {label: served.seconds for label, served in self.served.items()}
+        winner = self.served[fastest(seconds, self.ranks())]
+        lossier = stage(winner.candidate) < stage(candidate)
+        return winner, LOSSY_MARGIN if lossier else 0.0
 
     def limits(self, candidate: Candidate, ladders: bool) -> dict[str, Limits]:
         """Per component, the limits of ``candidate``'s build: the bar's session to outrun
         (a lossy candidate, in the pruned search) and whether its ladders may run now."""
-        bar = self.bar() if self.prune and candidate.precision is not Precision.FP32 else None
+        bar = self.bar(candidate) if self.prune and stage(candidate) > 0 else None
         limits: dict[str, Limits] = {}
         for index, location in enumerate(self.locations):
             module = bar[0].modules[index] if bar is not None else None
@@ -369,7 +371,7 @@ class AutoSearch:
         """Whether a deferred int8 search's all-int8 plan (``base``, its session: that of
         the one transformer, else None) still beats the bar every whole plan has set since:
         if not, no plan of its ladders can."""
-        bar = self.bar()
+        bar = self.bar(candidate)
         if base is True or bar is None or len(self.locations) != 1:
             return True
         module = bar[0].modules[0]
@@ -424,22 +426,34 @@ class AutoSearch:
             return time.perf_counter() - start
 
     def race(self) -> None:
-        """Every passing plan timed again, in turns (the first turn was taken when each
-        was served, after a warm-up); each one's fastest turn counts."""
-        racing = f"precision='auto': racing {', '.join(self.served)} on the calibration texts"
+        """Every passing plan that may still win timed again, in turns (the first turn was
+        taken when each was served, after a warm-up); each one's fastest turn counts. A
+        plan :data:`OUT_OF_CONTENTION` times slower than the fastest is not timed again:
+        no timing noise is that large."""
+        fastest_turn = min(served.seconds for served in self.served.values())
+        contending = [
+            served
+            for served in self.served.values()
+            if served.seconds <= fastest_turn * OUT_OF_CONTENTION
+        ]
+        labels = ", ".join(served.candidate.label for served in contending)
+        racing = f"precision='auto': racing {labels} on the calibration texts"
         for _ in progress.track(range(TURNS - 1), racing):
-            for served in self.served.values():
+            for served in contending:
                 served.turns.append(self.timed(served.modules))
 
 
-def fastest(seconds: dict[str, float], exact: set[str]) -> str:
-    """The label of the fastest plan, an exact one unless a lossy one beats the fastest
-    exact one by more than :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`."""
-    best = min(seconds, key=seconds.__getitem__)
-    timed_exact = [label for label in seconds if label in exact]
-    if not timed_exact or best in exact:
-        return best
-    best_exact = min(timed_exact, key=seconds.__getitem__)
-    if seconds[best] < seconds[best_exact] * (1 - LOSSY_MARGIN):
-        return best
-    return best_exact
+def fastest(seconds: Mapping[str, float], ranks: Mapping[str, int]) -> str:
+    """The label of the plan to serve: the fastest of the least lossy rank (``ranks``:
+    each label's :func:`stage`), replaced by the fastest of each lossier rank in turn only
+    where it beats the plan chosen so far by more than
+    :data:`~spacy_accelerate.verify.speed.LOSSY_MARGIN`. Within the margin, the timing's
+    noise could pick a plan that changes more annotations for nothing."""
+    chosen: str | None = None
+    for rank in sorted(set(ranks[label] for label in seconds)):
+        best = min((label for label in seconds if ranks[label] == rank), key=seconds.__getitem__)
+        if chosen is None or seconds[best] < seconds[chosen] * (1 - LOSSY_MARGIN):
+            chosen = best
+    if chosen is None:
+        raise ValueError("fastest() needs at least one timed plan")
+    return chosen

@@ -29,6 +29,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Generic, Protocol, TypeVar
 
 from spacy_accelerate import progress
@@ -77,15 +78,22 @@ V = TypeVar("V", bound=Verdict)
 
 @dataclass(frozen=True)
 class Built(Generic[S, P]):
-    """A plan's model, written and opened: its session and its parity to PyTorch,
-    measured without a gate (a refused all-int8 model's report still ranks the layers),
-    and, where the backend can tell, what its MatMuls were compiled as."""
+    """A plan's model, written and opened: its session, how to measure its parity to
+    PyTorch without a gate (``measure``: only a plan that is judged or ranks a ladder's
+    units needs it, so a plan that loses its race never pays for it), and, where the
+    backend can tell, what its MatMuls were compiled as."""
 
     plan: P
     label: str
     session: S
-    report: ParityReport
+    measure: Callable[[], ParityReport]
     compiled_as: str | None = None
+
+    @cached_property
+    def report(self) -> ParityReport:
+        """The parity to PyTorch (measured once, on first use): a refused all-int8
+        model's report still ranks the layers."""
+        return self.measure()
 
 
 @dataclass(frozen=True)
@@ -262,19 +270,27 @@ class Int8Search(Generic[S, P]):
 
     def fast_prefix(self, ladder: Sequence[P]) -> int:
         """How many of ``ladder``'s plans (nested: each slower than the one before) win
-        their race, found by bisection on races alone: no plan is judged that could not
-        be served for speed."""
+        their race, found on races alone: no plan is judged that could not be served for
+        speed. Between the last plan known to win and the first known to lose, the next
+        plan raced is where the two plans' race slack interpolates to the bar (a plan's
+        time grows about linearly with its float units), every other step the middle
+        one, so a noisy curve still takes no more races than bisection's twice."""
         if not ladder or self.race(self.build(ladder[-1])) is None:
             return len(ladder)
         if self.race(self.build(ladder[0])) is not None:
             return 0
-        wins, loses = 0, len(ladder) - 1
+        wins, loses, interpolate = 0, len(ladder) - 1, True
         while loses - wins > 1:
             middle = (wins + loses) // 2
+            if interpolate:
+                low, high = self.slack(ladder[wins]), self.slack(ladder[loses])
+                guess = wins + int((1.0 - low) / max(high - low, 1e-9) * (loses - wins))
+                middle = min(max(guess, wins + 1), loses - 1)
             if self.race(self.build(ladder[middle])) is None:
                 wins = middle
             else:
                 loses = middle
+            interpolate = not interpolate
         return wins + 1
 
     # ---------------------------------------------------------------- one plan
@@ -306,6 +322,11 @@ class Int8Search(Generic[S, P]):
         faster): the order the winners are judged in."""
         first = self.race_record(built)[0]
         return first.candidate / first.baseline
+
+    def slack(self, plan: P) -> float:
+        """How close ``plan`` (raced) came to losing: its largest
+        :attr:`~spacy_accelerate.verify.speed.Race.slack` (1 or more: it lost)."""
+        return max(race.slack for race in self.race_record(self.build(plan)))
 
     def race_record(self, built: Built[S, P]) -> list[Race]:
         self.race(built)

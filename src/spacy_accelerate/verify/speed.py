@@ -30,8 +30,9 @@ ROUNDS = 3
 #: large model's race takes seconds.
 PASS_SECONDS = 0.25
 
-#: How much faster a lossy plan must be than the fastest exact (fp32) one to be chosen:
-#: within that, the timing's noise could pick a plan that changes annotations for nothing.
+#: How much faster a lossier plan must be than a less lossy one to be chosen (int8 than
+#: bf16 or fp32, bf16 than fp32): within that, the timing's noise could pick a plan that
+#: changes more annotations for nothing.
 LOSSY_MARGIN = 0.05
 
 
@@ -65,7 +66,12 @@ class Race:
 
     @property
     def faster(self) -> bool:
-        return self.candidate < self.baseline * (1.0 - self.margin)
+        return self.slack < 1.0
+
+    @property
+    def slack(self) -> float:
+        """The candidate's time over the time it had to beat (below 1: it won)."""
+        return self.candidate / (self.baseline * (1.0 - self.margin))
 
     def finding(self) -> str:
         by = f" by {self.margin:.0%}" if self.margin else ""
@@ -86,23 +92,47 @@ def race(
     """Time ``candidate`` and ``baseline`` (sessions) on the first calibration ``items``,
     each warmed up once on the first item, then alternating for :data:`ROUNDS` rounds
     over as many items as make a pass of about :data:`PASS_SECONDS` (up to
-    :data:`TIMED_ITEMS`)."""
+    :data:`TIMED_ITEMS`). The rounds stop once the rounds left could not change the
+    verdict of the medians (:func:`decided`)."""
     seconds_per_pass(candidate, items[:1])
     one = seconds_per_pass(baseline, items[:1])
     count = max(1, min(TIMED_ITEMS, len(items), math.ceil(PASS_SECONDS / max(one, 1e-6))))
     timed = list(items[:count])
-    mine, theirs = [], []
-    for _ in range(ROUNDS):
+    mine: list[float] = []
+    theirs: list[float] = []
+    while len(mine) < ROUNDS and not decided(mine, theirs, margin):
         mine.append(seconds_per_pass(candidate, timed))
         theirs.append(seconds_per_pass(baseline, timed))
     return Race(statistics.median(mine), statistics.median(theirs), name, len(timed), margin)
 
 
+def median_bounds(known: Sequence[float], rounds: int = ROUNDS) -> tuple[float, float]:
+    """The least and the most the median of ``rounds`` passes can be, with ``known`` of
+    them timed (``rounds`` odd): the rounds left may land anywhere."""
+    left, middle = rounds - len(known), rounds // 2
+    ordered = sorted(known)
+    low = ordered[middle - left] if middle - left >= 0 else 0.0
+    high = ordered[middle] if middle < len(ordered) else math.inf
+    return low, high
+
+
+def decided(mine: Sequence[float], theirs: Sequence[float], margin: float) -> bool:
+    """Whether the candidate's passes (``mine``) and the rival's (``theirs``) so far settle
+    the race whatever the rounds left time: so a plan three times slower stops after two
+    rounds, and the verdict is the one all :data:`ROUNDS` would give."""
+    if not mine:
+        return False
+    mine_low, mine_high = median_bounds(mine)
+    theirs_low, theirs_high = median_bounds(theirs)
+    bar = 1.0 - margin
+    return mine_high < theirs_low * bar or mine_low >= theirs_high * bar
+
+
 @dataclass(frozen=True)
 class Rival:
     """A plan a lossy candidate must outrun: its name (``openvino bf16``), its session and
-    by how much (:data:`LOSSY_MARGIN` against an exact plan, nothing against a lossy one
-    that already passed)."""
+    by how much (:data:`LOSSY_MARGIN` against a less lossy plan, nothing against one as
+    lossy that already passed)."""
 
     name: str
     session: Session

@@ -20,6 +20,7 @@ figures: ``docs/accuracy.md`` and ``benchmarks/results/``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -262,7 +263,11 @@ def quantize_blockwise(prepared: Path, target: Path, block_size: int) -> None:
     (ONNX Runtime's ``MatMulNBitsQuantizer``: 8 bits, symmetric, int8 arithmetic)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    with warnings.catch_warnings(), progress.third_party_output(root_records_of=["onnxruntime"]):
+    # Its logger says INFO for every node it passes (thousands of lines on a BERT-base).
+    quiet = progress.third_party_output(
+        MatMulNBitsQuantizer.__module__, root_records_of=["onnxruntime"]
+    )
+    with warnings.catch_warnings(), quiet:
         warnings.simplefilter("ignore")
         quantizer = MatMulNBitsQuantizer(
             onnx.load(str(prepared)),
@@ -321,7 +326,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         else:
             quantize_int8(self.prepared, target, self.recipe, plan.kept)
             session = self.open_session(target)
-        return Built(plan, label, session, self.job.measure(session))
+        return Built(plan, label, session, functools.partial(self.job.measure, session))
 
     def baseline(self) -> Rival:
         """The fp32 model this provider serves (the exported graph, fused)."""

@@ -27,6 +27,7 @@ compiles it exactly as it was judged. Measured figures: ``docs/openvino.md``,
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -335,7 +336,8 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         self.ov.save_model(self.model_of(plan), str(path), compress_to_fp16=False)
         session = self.open_session(path)
         compiled = self.compiled[plan.label] = compiled_matmuls(session.compiled)
-        report = check_parity(
+        measure = functools.partial(
+            check_parity,
             self.module,
             self.detected,
             session,
@@ -343,7 +345,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
             batches=parity_items(self.calibration),
             references=self.references,
         )
-        return Built(plan, plan.label, session, report, compiled.describe())
+        return Built(plan, plan.label, session, measure, compiled.describe())
 
     def not_as_named(self, built: Built[OpenVINOSession, Plan]) -> str | None:
         return _as_named(built.plan, self.compiled[built.label])
