@@ -1,10 +1,11 @@
 """Accelerate a real spaCy transformer pipeline and compare it with PyTorch.
 
 The README's first command ends with this script (see :mod:`spacy_accelerate_samples.demo`):
-MiniLM-L6 with real weights and heads trained on UD-EWT dev, built offline on
-the first run, then UD-EWT test documents through PyTorch and through the
-accelerated pipeline (fp32 and int8), alternating; prints words per second,
-the speedups, the agreement with PyTorch and a few documents' entities.
+MiniLM-L6 with real weights and heads trained on UD-EWT train (NER on Universal NER
+dev), assembled offline on the first run, then UD-EWT test documents through PyTorch
+and through the accelerated pipeline (fp32 and ``precision="auto"``), alternating;
+prints the plan ``auto`` chose, words per second, the speedups, the agreement with
+PyTorch and a few documents' entities.
 
     python examples/demo.py [--sentences 1000] [--batch-size 64] [--repeats 3]
 """
