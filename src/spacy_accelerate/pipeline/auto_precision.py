@@ -321,14 +321,13 @@ class AutoSearch:
         if not self.served:
             raise self.nothing_served()
         self.race()
-        seconds = {label: served.seconds for label, served in self.served.items()}
-        winner = self.served[fastest(seconds, self.ranks())]
+        winner = self.winner()
         for location, module in zip(self.locations, winner.modules, strict=True):
             if isinstance(module, AcceleratedModule):
                 patch(location, module)
             else:
                 revert(location, module)
-        return Choice(chosen=winner.candidate, seconds=seconds, refused=self.refused)
+        return Choice(chosen=winner.candidate, seconds=self.seconds(), refused=self.refused)
 
     def nothing_served(self) -> ProviderUnavailableError | AccuracyError:
         tried = "; ".join(f"{label}: {why}" for label, why in self.refused.items())
@@ -338,9 +337,15 @@ class AutoSearch:
             )
         return AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
 
-    def ranks(self) -> dict[str, int]:
-        """Each passing plan's loss rank (its :func:`stage`), for :func:`fastest`."""
-        return {label: stage(served.candidate) for label, served in self.served.items()}
+    def seconds(self) -> dict[str, float]:
+        """Each passing plan's fastest turn so far."""
+        return {label: served.seconds for label, served in self.served.items()}
+
+    def winner(self) -> Served:
+        """The passing plan that would be served now (:func:`fastest`, each plan ranked
+        by how lossy it is: its :func:`stage`)."""
+        ranks = {label: stage(served.candidate) for label, served in self.served.items()}
+        return self.served[fastest(self.seconds(), ranks)]
 
     def bar(self, candidate: Candidate) -> tuple[Served, float] | None:
         """The plan ``candidate`` must outrun, and by how much: the plan that would be
@@ -349,8 +354,7 @@ class AutoSearch:
         passed yet). So a candidate that wins its race would also win the final choice."""
         if not self.served:
             return None
-        seconds = {label: served.seconds for label, served in self.served.items()}
-        winner = self.served[fastest(seconds, self.ranks())]
+        winner = self.winner()
         lossier = stage(winner.candidate) < stage(candidate)
         return winner, LOSSY_MARGIN if lossier else 0.0
 
@@ -430,7 +434,7 @@ class AutoSearch:
         taken when each was served, after a warm-up); each one's fastest turn counts. A
         plan :data:`OUT_OF_CONTENTION` times slower than the fastest is not timed again:
         no timing noise is that large."""
-        fastest_turn = min(served.seconds for served in self.served.values())
+        fastest_turn = min(self.seconds().values())
         contending = [
             served
             for served in self.served.values()
