@@ -48,6 +48,8 @@ class FakeQuantizer(Quantizer[str, str]):  # type: ignore[type-var]
 
     whole: Sequence[str]
     ladder: Sequence[str] = ()
+    #: Whole plans faster by construction than others: ``{slower: faster}``.
+    faster: dict[str, str] = field(default_factory=dict)
     built: list[str] = field(default_factory=list)
     measured: list[str] = field(default_factory=list)
     harm_measured: bool = False
@@ -58,6 +60,9 @@ class FakeQuantizer(Quantizer[str, str]):  # type: ignore[type-var]
 
     def label(self, plan: str) -> str:
         return plan
+
+    def faster_plan(self, plan: str) -> str | None:
+        return self.faster.get(plan)
 
     def build(self, plan: str) -> Built[str, str]:  # type: ignore[type-var]
         self.built.append(plan)
@@ -137,6 +142,29 @@ def test_the_fastest_passing_whole_plan_is_served_and_slower_ones_are_never_judg
 
 
 @pytest.mark.real_speed
+@pytest.mark.parametrize("coarse", [0.97, 0.6], ids=["coarse-loses", "coarse-wins"])
+def test_a_plan_slower_by_construction_is_built_only_where_the_faster_one_won(
+    monkeypatch: pytest.MonkeyPatch, coarse: float
+):
+    seconds = {"dynamic": 0.98, "blocks-128": coarse, "blocks-32": 0.5}
+    monkeypatch.setattr(speed, "race", _timed(seconds))
+    quantizer = FakeQuantizer(
+        whole=["dynamic", "blocks-128", "blocks-32"], faster={"blocks-32": "blocks-128"}
+    )
+    judged: list[str] = []
+    search = _search(quantizer, {"blocks-128", "blocks-32"}, judged)
+    if coarse > 0.95:  # blocks of 128 lost its race: blocks of 32 is never made
+        with pytest.raises(NoFasterPlanError):
+            search.run()
+        assert quantizer.built == ["dynamic", "blocks-128"] and judged == []
+        assert search.refused[2].startswith("blocks-32: not tried (slower than blocks-128")
+    else:  # both built and raced; the faster one that passes is served
+        session, _ = search.run()
+        assert quantizer.built == ["dynamic", "blocks-128", "blocks-32"]
+        assert session == "blocks-32" and judged == ["blocks-32"]
+
+
+@pytest.mark.real_speed
 def test_a_ladder_whose_all_int8_plan_cannot_win_is_skipped_harm_and_all(
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -197,6 +225,19 @@ def test_a_ladder_finds_its_fast_plans_in_few_races(monkeypatch: pytest.MonkeyPa
     assert len(search.races) <= 2 * bisection - 2, sorted(search.races)
     if curve != "noisy":
         assert fast == sum(1 for t in times if t < 0.95)
+    # Given the ladder's base (all-int8, raced and won), the same answer without racing
+    # the first plan on its own, and never in more races.
+    known = _search(FakeQuantizer(whole=["all-int8"], ladder=ladder), set(), [])
+    monkeypatch.setattr(
+        speed, "race", _timed({"all-int8": 0.5, **dict(zip(ladder, times, strict=True))})
+    )
+    base = known.build("all-int8")
+    assert known.race(base) is None
+    found = known.fast_prefix(ladder, base)
+    assert found == fast or curve == "noisy"
+    assert len(known.races) - 1 <= len(search.races), sorted(known.races)
+    if curve == "linear":
+        assert ladder[0] not in known.races
 
 
 @pytest.mark.real_speed

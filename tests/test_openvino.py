@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import pickle
 import re
@@ -133,6 +134,49 @@ def test_bf16_falls_back_to_fp32_on_a_cpu_without_bf16_when_asked(
     nlp.to_disk(tmp_path / "saved")
     loaded = spacy_accelerate.accelerated_components(spacy.load(tmp_path / "saved"))
     assert loaded["transformer"].session.provider.provider is Provider.CPU
+
+
+def test_the_builds_of_one_call_share_one_export_and_convert_it_once(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # fp32 and int8 (no bf16 on this simulated CPU) built from one export, converted to
+    # OpenVINO's model once; no build writes the shared export.
+    exported_files: list[tuple[Path, str]] = []
+    export = shared_export.export_onnx
+
+    def recorded_export(model, spec, path, *, opset):
+        export(model, spec, path, opset=opset)
+        exported_files.append((path, hashlib.sha256(path.read_bytes()).hexdigest()))
+
+    monkeypatch.setattr(shared_export, "export_onnx", recorded_export)
+    ov = openvino_runtime.import_openvino()
+    converted: list[str] = []
+    convert = ov.convert_model
+    monkeypatch.setattr(ov, "convert_model", lambda path: converted.append(path) or convert(path))
+    unchanged: list[bool] = []
+    close = shared_export.SharedExport.close
+
+    def checked_close(self: shared_export.SharedExport) -> None:
+        for path, digest in exported_files:
+            unchanged.append(hashlib.sha256(path.read_bytes()).hexdigest() == digest)
+        close(self)
+
+    monkeypatch.setattr(shared_export.SharedExport, "close", checked_close)
+    quantizers: list[object] = []
+    start = openvino_quantize.OpenVINOQuantizer.__init__
+
+    def recorded_quantizer(self, *args, **kwargs):
+        quantizers.append(self)
+        start(self, *args, **kwargs)
+
+    monkeypatch.setattr(openvino_quantize.OpenVINOQuantizer, "__init__", recorded_quantizer)
+    nlp = spacy.load(sample_path("roberta"))
+    with simulated(AVX512_EPYC.without_bf16()):
+        spacy_accelerate.optimize(nlp, "openvino", "auto", cache_dir=cache_dir, min_agreement=0.5)
+    assert spacy_accelerate.is_optimized(nlp) and len(quantizers) == 1  # fp32 and int8 built
+    assert len(exported_files) == 1 and len(converted) == 1
+    assert unchanged == [True]
+    assert not exported_files[0][0].exists()  # the scratch folder goes with the call
 
 
 def test_a_warm_start_loads_the_ir_from_the_cache(

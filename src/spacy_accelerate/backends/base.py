@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
@@ -39,13 +39,33 @@ from spacy_accelerate.verify.speed import NO_LIMITS, Limits, races
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
 References = Callable[[Sequence[EncoderInputs]], list[list[Any]]]
 
+T = TypeVar("T")
+
+
+class ExportedGraph(Protocol):
+    """The exported ONNX model that every build of one ``optimize()`` call starts from,
+    in a scratch folder of its own: read there, never written (a backend that rewrites
+    the graph works on a copy in its build folder)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def copy_to(self, path: Path) -> None:
+        """The exported files in ``path``'s folder, the graph named as ``path``."""
+
+    def derived(self, name: str, make: Callable[[Path], T]) -> T:
+        """``make(path)``, made once for all the builds of the call (an OpenVINO model
+        converted from it): a caller must leave it unchanged, copying what it changes."""
+
 
 @dataclass(frozen=True)
 class BuildJob:
-    """One model to build from the exported ONNX file at ``path`` (in the entry's
-    temporary folder): what it must match and where it will run."""
+    """One model to build from the exported graph (``export``) into ``path`` (in the
+    entry's temporary folder, named as the entry's model file when it is ONNX): what it
+    must match and where it will run."""
 
     path: Path
+    export: ExportedGraph
     module: torch.nn.Module
     detected: DetectedEncoder
     config: OptimizeConfig

@@ -301,12 +301,12 @@ class _Fetch:
             raise CacheMissError(self.key)
         config, detected = self.config, self.detected
         path = folder / MODEL_FILE
-        self.export.write(path, config.opset)
         # The session holds the whole model in memory, so it stays valid after the
         # folder is renamed into the cache: it is served as is.
         calibration = self.calibration
         job = BuildJob(
             path=path,
+            export=self.export.at(config.opset, MODEL_FILE),
             module=self.module,
             detected=detected,
             config=config,

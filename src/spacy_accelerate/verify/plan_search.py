@@ -9,12 +9,14 @@ harms the outputs on the calibration texts (:func:`sensitivity_ladder`). The sea
 
 1. every whole plan is built and raced against the rivals (the backend's float plan and,
    under ``precision="auto"``, the fastest plan that already passed); a plan that loses is
-   never judged;
+   never judged, and one slower by construction than a plan that lost
+   (:meth:`Quantizer.faster_plan`: the same kernel on finer blocks) is not even built;
 2. the winners are judged in speed order (the token cosine, then the pipeline's
    agreement), and the first that passes is served: every later one is slower;
 3. where none passes, a ladder is searched only if its base (the all-int8 plan, the
    fastest plan of its ladder, since every float unit costs time) won its race. Races
-   alone then find how many of its plans can still win (:meth:`Int8Search.fast_prefix`),
+   alone then find how many of its plans can still win (:meth:`Int8Search.fast_prefix`,
+   starting from the base's race),
    and :func:`bisect_ladder` finds, among those only, the fewest float units that pass.
    Where the base lost, the ladder and ONNX Runtime's per-MatMul harm measurement are
    skipped, and the record says so.
@@ -145,6 +147,11 @@ class Quantizer(ABC, Generic[S, P]):
         nested, for :func:`bisect_ladder`; the next one only where the last one had
         no plan that passes)."""
 
+    def faster_plan(self, plan: P) -> P | None:
+        """A whole plan listed before ``plan`` that is faster by construction (the same
+        kernels on coarser blocks): where that one loses its race, ``plan`` is not built."""
+        return None
+
     def not_as_named(self, built: Built[S, P]) -> str | None:
         """Why ``built`` does not compute what its label says here (None: it does)."""
         return None
@@ -218,15 +225,13 @@ class Int8Search(Generic[S, P]):
 
     def whole(self) -> Judged[S, P] | None:
         """Step 1 and 2: the whole plans built and raced, the winners judged fastest
-        first; the first that passes, or None."""
-        built: list[Built[S, P]] = []
-        for plan in self.quantizer.whole_plans():
-            try:
-                built.append(self.build(plan))
-            except PlanUnavailable as unavailable:
-                self.note(str(unavailable))
+        first; the first that passes, or None. A plan slower by construction than one
+        that lost its race (:meth:`Quantizer.faster_plan`) is not even built."""
         winners: list[tuple[float, Built[S, P]]] = []
-        for candidate in built:
+        for plan in self.quantizer.whole_plans():
+            candidate = self.whole_plan(plan)
+            if candidate is None:
+                continue
             lost = self.race(candidate)
             if lost is not None:
                 self.note(f"{candidate.label}: {lost.finding()} (not judged)")
@@ -237,6 +242,23 @@ class Int8Search(Generic[S, P]):
             if judged.passed:
                 return judged
         return None
+
+    def whole_plan(self, plan: P) -> Built[S, P] | None:
+        """Whole ``plan`` built, or None where it cannot win or be made here (noted)."""
+        faster = self.quantizer.faster_plan(plan)
+        if faster is not None and self.quantizer.label(faster) in self.races:
+            lost = self.race(self.build(faster))
+            if lost is not None:
+                self.note(
+                    f"{self.quantizer.label(plan)}: not tried (slower than "
+                    f"{self.quantizer.label(faster)}, which was {lost.finding()})"
+                )
+                return None
+        try:
+            return self.build(plan)
+        except PlanUnavailable as unavailable:
+            self.note(str(unavailable))
+            return None
 
     def ladder(self) -> Judged[S, P] | None:
         """Step 3: the fewest float units that pass, where the ladder's base can win."""
@@ -255,7 +277,7 @@ class Int8Search(Generic[S, P]):
             self.deferred = base
             return None
         for ladder in self.quantizer.ladders(base):
-            fast = self.fast_prefix(ladder)
+            fast = self.fast_prefix(ladder, base)
             chosen = bisect_ladder(ladder[:fast], self.attempt)
             if chosen is not None and chosen.passed:
                 return chosen
@@ -268,22 +290,28 @@ class Int8Search(Generic[S, P]):
                 return None  # the next ladder's plans are slower still
         return None
 
-    def fast_prefix(self, ladder: Sequence[P]) -> int:
+    def fast_prefix(self, ladder: Sequence[P], base: Built[S, P] | None = None) -> int:
         """How many of ``ladder``'s plans (nested: each slower than the one before) win
         their race, found on races alone: no plan is judged that could not be served for
         speed. Between the last plan known to win and the first known to lose, the next
         plan raced is where the two plans' race slack interpolates to the bar (a plan's
         time grows about linearly with its float units), every other step the middle
-        one, so a noisy curve still takes no more races than bisection's twice."""
+        one, so a noisy curve still takes no more races than bisection's twice. The
+        ladder's ``base`` (no unit in float), where it won its race, is the first plan
+        known to win, so the first plan of the ladder need not be raced on its own."""
         if not ladder or self.race(self.build(ladder[-1])) is None:
             return len(ladder)
-        if self.race(self.build(ladder[0])) is not None:
+        known = base is not None and self.race(base) is None
+        if not known and self.race(self.build(ladder[0])) is not None:
             return 0
-        wins, loses, interpolate = 0, len(ladder) - 1, True
+        # Index -1 is the base: it won, and so did the ladder's first plan where raced.
+        wins, loses, interpolate = (-1 if known else 0), len(ladder) - 1, True
         while loses - wins > 1:
             middle = (wins + loses) // 2
             if interpolate:
-                low, high = self.slack(ladder[wins]), self.slack(ladder[loses])
+                won = base if wins < 0 else self.build(ladder[wins])
+                assert won is not None
+                low, high = self.slack_of(won), self.slack(ladder[loses])
                 guess = wins + int((1.0 - low) / max(high - low, 1e-9) * (loses - wins))
                 middle = min(max(guess, wins + 1), loses - 1)
             if self.race(self.build(ladder[middle])) is None:
@@ -326,7 +354,10 @@ class Int8Search(Generic[S, P]):
     def slack(self, plan: P) -> float:
         """How close ``plan`` (raced) came to losing: its largest
         :attr:`~spacy_accelerate.verify.speed.Race.slack` (1 or more: it lost)."""
-        return max(race.slack for race in self.race_record(self.build(plan)))
+        return self.slack_of(self.build(plan))
+
+    def slack_of(self, built: Built[S, P]) -> float:
+        return max(race.slack for race in self.race_record(built))
 
     def race_record(self, built: Built[S, P]) -> list[Race]:
         self.race(built)

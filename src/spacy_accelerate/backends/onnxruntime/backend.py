@@ -171,6 +171,7 @@ class OnnxRuntimeBackend(Backend):
 
     def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
         config = job.config
+        job.export.copy_to(job.path)  # the graph is rewritten (fused, quantized) in place
         if config.precision is Precision.INT8:
             return quantize_within_gate(
                 job,

@@ -131,7 +131,8 @@ class OpenVINOBackend(Backend):
             progress.note("PyTorch fp32's hidden states on the calibration items (the reference)")
             references = job.references(parity_items(job.calibration))
             return quantize_within_gate(
-                job.path,
+                job.export,
+                job.path.parent,
                 job.module,
                 job.detected,
                 gate=job.gate,
@@ -144,7 +145,6 @@ class OpenVINOBackend(Backend):
                 judge=job.judge,
                 limits=job.limits,
             )
-        ir = convert_to_ir(job.path, job.path.parent)  # converting costs seconds on every load
-        job.path.unlink()
+        ir = convert_to_ir(job.export, job.path.parent)  # converting costs seconds on every load
         session = self.open_session(ir, job.provider, config, job.layout, job.cache)
         return session, job.judged(session)

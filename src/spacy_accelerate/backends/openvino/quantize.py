@@ -4,7 +4,7 @@
 (:mod:`spacy_accelerate.verify.plan_search`) OpenVINO's plans:
 
 - whole plans, each one quantization: *static int8* (NNCF's transformer preset:
-  SmoothQuant, bias correction, int8 activations and per-channel int8 weights; what is not
+  SmoothQuant, int8 activations and per-channel int8 weights; what is not
   int8 runs in bf16 where the CPU has it), the same with each layer's *feed-forward output
   MatMul in float* (:class:`FloatFeedForwardOutputs`), and *dynamic int8*
   (:class:`DynamicInt8`: int8 weights, each token's activations quantized at run time,
@@ -43,6 +43,7 @@ from spacy_accelerate import progress
 from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.backends.base import ExportedGraph
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
 from spacy_accelerate.backends.openvino.session import (
     DYNAMIC_INT8_GROUP_SIZE,
@@ -54,6 +55,7 @@ from spacy_accelerate.backends.openvino.session import (
     OpenVINOSession,
     compiled_matmuls,
     dynamic_int8_hints,
+    float_model,
     float_part_hints,
     import_openvino,
     speed_baseline,
@@ -245,7 +247,8 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
 
     def __init__(
         self,
-        onnx_path: Path,
+        export: ExportedGraph,
+        folder: Path,
         module: torch.nn.Module,
         detected: DetectedEncoder,
         calibration: Calibration,
@@ -253,11 +256,11 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         open_session: Callable[[Path], OpenVINOSession],
     ) -> None:
         self.ov, self.nncf = import_openvino(), import_nncf()
-        self.onnx_path, self.folder = onnx_path, onnx_path.parent
+        self.folder = folder
         self.module, self.detected, self.calibration = module, detected, calibration
         self.references, self.open_session = references, open_session
-        self.float_model = self.ov.convert_model(str(onnx_path))
-        graph = onnx.load(str(onnx_path), load_external_data=False)
+        self.float_model = float_model(export)
+        graph = onnx.load(str(export.path), load_external_data=False)
         self.layer_nodes = present_layer_nodes(graph, self.float_model, detected.spec)
         self.feed_forward_outputs = feed_forward_outputs(graph, self.layer_nodes)
         self.compiled: dict[str, CompiledMatMuls] = {}
@@ -288,10 +291,15 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
     # ------------------------------------------------------------------ building
 
     def quantize(self, kept: list[str]) -> Any:
-        """NNCF's post-training quantization, the nodes in ``kept`` left in float."""
+        """NNCF's post-training quantization, the nodes in ``kept`` left in float.
+
+        Its bias correction is off: on both reference pipelines the quantized model's
+        outputs were the same without it (to the last bit), and it runs a subgraph of the
+        model per MatMul, seconds of a base model's search (``docs/openvino.md``)."""
         items = spread(self.calibration.items, QUANTIZATION_ITEMS)
         names = [port.any_name for port in self.float_model.inputs]
         progress.note(f"NNCF post-training quantization on {len(items)} calibration items")
+        advanced = self.nncf.AdvancedQuantizationParameters(disable_bias_correction=True)
         with quietly():
             return self.nncf.quantize(
                 self.float_model,
@@ -299,6 +307,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
                 model_type=self.nncf.ModelType.TRANSFORMER,
                 subset_size=len(items),
                 ignored_scope=self.nncf.IgnoredScope(names=kept, validate=False),
+                advanced_parameters=advanced,
             )
 
     def all_int8(self) -> Any:
@@ -367,7 +376,6 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         stem = f"plan-{_file_stem(built.plan)}-{Path(IR_FILE).stem}"
         for candidate in self.folder.glob(f"{stem}.*"):
             candidate.rename(self.folder / (Path(IR_FILE).stem + candidate.suffix))
-        self.onnx_path.unlink()
 
     def discard(self) -> None:
         for candidate in self.folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
@@ -411,7 +419,8 @@ def feed_forward_outputs(
 
 @progress.step("OpenVINO int8: quantizing with NNCF, racing and judging plans")
 def quantize_within_gate(
-    onnx_path: Path,
+    export: ExportedGraph,
+    folder: Path,
     module: torch.nn.Module,
     detected: DetectedEncoder,
     *,
@@ -422,13 +431,13 @@ def quantize_within_gate(
     judge: Judge | None = None,
     limits: Limits = NO_LIMITS,
 ) -> tuple[Session, ParityReport]:
-    """Quantize the exported model at ``onnx_path`` into ``IR_FILE`` beside it with the
+    """Quantize the exported model (``export``) into ``IR_FILE`` in ``folder`` with the
     fastest plan that passes ``gate`` and ``judge`` (the pipeline's agreement) and outruns
     OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
-    (PyTorch's outputs on :func:`parity_items`); the ONNX file and every other candidate are
-    removed (on a refusal the cache removes the whole build folder)."""
+    (PyTorch's outputs on :func:`parity_items`); every other candidate is removed (on a
+    refusal the cache removes the whole build folder)."""
     quantizer = OpenVINOQuantizer(
-        onnx_path, module, detected, calibration, references, open_session
+        export, folder, module, detected, calibration, references, open_session
     )
     search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
     session, report = search.run()

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
 from spacy_accelerate.verify.plan_search import SEARCH_RULE
+
+if TYPE_CHECKING:
+    from spacy_accelerate.backends.base import ExportedGraph
 
 #: The IR files of an OpenVINO cache entry.
 IR_FILE = "model.xml"
@@ -204,12 +207,17 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
     return key
 
 
-def convert_to_ir(onnx_path: Path, folder: Path) -> Path:
-    """Convert the exported ONNX file to OpenVINO's IR beside it, weights kept in fp32."""
+def float_model(export: ExportedGraph) -> Any:
+    """OpenVINO's model of the exported graph, weights in fp32: a copy of the one
+    converted for every build of this ``optimize()`` call (converting takes seconds)."""
     ov = import_openvino()
-    model = ov.convert_model(str(onnx_path))
+    return export.derived("openvino-model", lambda path: ov.convert_model(str(path))).clone()
+
+
+def convert_to_ir(export: ExportedGraph, folder: Path) -> Path:
+    """The exported graph as OpenVINO's IR in ``folder``, weights kept in fp32."""
     target = folder / IR_FILE
-    ov.save_model(model, str(target), compress_to_fp16=False)
+    import_openvino().save_model(float_model(export), str(target), compress_to_fp16=False)
     return target
 
 
