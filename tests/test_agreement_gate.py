@@ -25,6 +25,7 @@ from spacy_accelerate.options.request import OptimizeRequest, build_config
 from spacy_accelerate.pipeline import auto_precision
 from spacy_accelerate.pipeline import calibration as calibration_module
 from spacy_accelerate.pipeline.calibration import (
+    annotate,
     builtin_texts,
     check_agreement,
     record_calibration,
@@ -395,3 +396,20 @@ def test_a_lossier_plan_must_beat_a_less_lossy_one_by_the_margin():
     # as lossy as each other: the faster one, by any amount
     assert fastest({"cpu fp32": 1.0, "openvino fp32": 0.99}, ranks) == "openvino fp32"
     assert fastest({"cpu int8": 0.6, "openvino int8": 0.59}, ranks) == "openvino int8"
+
+
+@pytest.mark.parametrize("shortest_first", [True, False])
+def test_annotate_runs_the_texts_shortest_first_and_keeps_their_order(shortest_first: bool):
+    nlp = spacy.blank("en")
+    seen: list[str] = []
+    tokenize = nlp.tokenizer
+
+    def recording(text: str) -> Doc:  # the order the pipeline meets the texts in
+        seen.append(text)
+        return tokenize(text)
+
+    nlp.tokenizer = recording
+    texts = ["a much longer text than the others", "short", "a middle text", "tiny one"]
+    docs = annotate(nlp, texts, shortest_first=shortest_first)
+    assert [doc.text for doc in docs] == texts
+    assert seen == (sorted(texts, key=len) if shortest_first else texts)

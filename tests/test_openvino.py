@@ -515,9 +515,21 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
         return len(hints) <= 3 or hint == "bf16"  # the whole plans, then every bf16 plan
 
     monkeypatch.setattr(Int8Search, "judged", _refusing(bf16_fails))
+    import openvino as ov
+
+    written: list[str] = []
+    real_save = ov.save_model
+
+    def save_model(model: Any, path: str, **kwargs: Any) -> None:
+        written.append(Path(path).name)
+        real_save(model, path, **kwargs)
+
+    monkeypatch.setattr(ov, "save_model", save_model)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
+    # Five plans compiled from memory, and only the served one written, as the entry's IR.
+    assert written == [IR_FILE]
     # Two layers: static int8 (float part bf16), its feed-forward outputs in float (bf16),
     # dynamic int8 (f32 only: bf16 input is not quantized), the one bf16 plan, the one
     # fp32 plan.

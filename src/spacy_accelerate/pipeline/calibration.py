@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -124,7 +124,8 @@ def record_calls(
         with ExitStack() as stack:
             for other in others:
                 stack.enter_context(scoped(other, other.pytorch_module))
-            docs.extend(annotate(nlp, texts, "calibrating: PyTorch fp32 annotates the texts"))
+            what = "calibrating: PyTorch fp32 annotates the texts"
+            docs.extend(annotate(nlp, texts, what, shortest_first=False))
 
     calls = recorded_calls(location, spec, run)
     return calls, tuple(docs)
@@ -285,11 +286,28 @@ def calibration_source(
     return CalibrationSource(nlp, location, spec, texts)
 
 
-def annotate(nlp: Language, texts: Sequence[str], what: str | None = None) -> list[Doc]:
-    """``nlp``'s documents for ``texts``, as the gate and the autocast reference run it;
-    said as the progress step ``what`` where given (not where it is timed)."""
-    docs = nlp.pipe(texts, batch_size=32)
-    return list(docs if what is None else progress.track(docs, what, len(texts)))
+def annotate(
+    nlp: Language, texts: Sequence[str], what: str | None = None, *, shortest_first: bool = True
+) -> list[Doc]:
+    """``nlp``'s documents for ``texts``, in their order, as the gate, the autocast
+    reference and the timing run it; said as the progress step ``what`` where given (not
+    where it is timed).
+
+    With ``shortest_first`` the texts go through the pipeline in order of length. spaCy
+    pads every span of a batch to its longest one and PyTorch runs the padding: in the
+    built-in sample's own order its batches hold 2.6 times the words of the texts, in
+    order of length 1.2 times. Which texts share a batch changes no annotation (the
+    attention mask keeps padding out). The calibration's own pass keeps the texts' order
+    (:func:`record_calls`): its batches are the items int8 is quantized on."""
+    order = list(range(len(texts)))
+    if shortest_first:
+        order.sort(key=lambda index: len(texts[index]))
+    stream = nlp.pipe((texts[index] for index in order), batch_size=32)
+    docs: list[Doc | None] = [None] * len(texts)
+    tracked = stream if what is None else progress.track(stream, what, len(texts))
+    for index, doc in zip(order, tracked, strict=True):
+        docs[index] = doc
+    return cast(list[Doc], docs)
 
 
 def autocast_agreement(source: CalibrationSource) -> AgreementReport:

@@ -103,7 +103,7 @@ class OpenVINOBackend(Backend):
 
     def compile(
         self,
-        model: Path,
+        model: Path | Any,
         provider: ResolvedProvider,
         config: OptimizeConfig,
         layout: SessionLayout,

@@ -253,7 +253,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         detected: DetectedEncoder,
         calibration: Calibration,
         references: list[list[np.ndarray]],
-        open_session: Callable[[Path], OpenVINOSession],
+        open_session: Callable[[Any], OpenVINOSession],
     ) -> None:
         self.ov, self.nncf = import_openvino(), import_nncf()
         self.folder = folder
@@ -264,6 +264,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         self.layer_nodes = present_layer_nodes(graph, self.float_model, detected.spec)
         self.feed_forward_outputs = feed_forward_outputs(graph, self.layer_nodes)
         self.compiled: dict[str, CompiledMatMuls] = {}
+        self.models: dict[str, Any] = {}  # by label: each built plan's model, in memory
         self._all_int8: Any = None
         self._baseline: Rival | None = None
 
@@ -341,9 +342,10 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         return quantized
 
     def build(self, plan: Plan) -> Built[OpenVINOSession, Plan]:
-        path = self.folder / f"plan-{_file_stem(plan)}-{IR_FILE}"
-        self.ov.save_model(self.model_of(plan), str(path), compress_to_fp16=False)
-        session = self.open_session(path)
+        """The plan's model compiled from memory: only the served one is written
+        (:meth:`serve`), a second of disk per candidate on a base model saved."""
+        model = self.models[plan.label] = self.model_of(plan)
+        session = self.open_session(model)
         compiled = self.compiled[plan.label] = compiled_matmuls(session.compiled)
         measure = functools.partial(
             check_parity,
@@ -365,21 +367,19 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
             floats = speed_baseline()
             model = self.float_model.clone()
             model.set_rt_info("bf16" if floats == "bf16" else "f32", FLOAT_LAYERS_RT_INFO)
-            path = self.folder / f"plan-baseline-{IR_FILE}"
-            self.ov.save_model(model, str(path), compress_to_fp16=False)
-            self._baseline = Rival(f"openvino {floats}", self.open_session(path))
+            self._baseline = Rival(f"openvino {floats}", self.open_session(model))
         return self._baseline
 
     # ------------------------------------------------------------------ files
 
     def serve(self, built: Built[OpenVINOSession, Plan]) -> None:
-        stem = f"plan-{_file_stem(built.plan)}-{Path(IR_FILE).stem}"
-        for candidate in self.folder.glob(f"{stem}.*"):
-            candidate.rename(self.folder / (Path(IR_FILE).stem + candidate.suffix))
+        """The served plan's model written as the entry's IR, the one a warm start reads."""
+        target = self.folder / IR_FILE
+        self.ov.save_model(self.models[built.label], str(target), compress_to_fp16=False)
 
     def discard(self) -> None:
-        for candidate in self.folder.glob(f"plan-*-{Path(IR_FILE).stem}.*"):
-            candidate.unlink()
+        """The candidates' models let go: none of them was written to disk."""
+        self.models.clear()
 
 
 def present_layer_nodes(
@@ -427,30 +427,21 @@ def quantize_within_gate(
     gate: Gate,
     calibration: Calibration,
     references: list[list[np.ndarray]],
-    open_session: Callable[[Path], OpenVINOSession],
+    open_session: Callable[[Any], OpenVINOSession],
     judge: Judge | None = None,
     limits: Limits = NO_LIMITS,
 ) -> tuple[Session, ParityReport]:
     """Quantize the exported model (``export``) into ``IR_FILE`` in ``folder`` with the
     fastest plan that passes ``gate`` and ``judge`` (the pipeline's agreement) and outruns
     OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
-    (PyTorch's outputs on :func:`parity_items`); every other candidate is removed (on a
-    refusal the cache removes the whole build folder)."""
+    (PyTorch's outputs on :func:`parity_items`). Candidates are compiled from memory and
+    only the served one is written (on a refusal the cache removes the build folder)."""
     quantizer = OpenVINOQuantizer(
         export, folder, module, detected, calibration, references, open_session
     )
     search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
     session, report = search.run()
     return session, replace(report, gate=gate)
-
-
-def _file_stem(plan: Plan) -> str:
-    """A candidate's file name: every plan judged in one build has its own."""
-    if isinstance(plan, DynamicInt8):
-        return f"dynamic-{plan.group_size}-{plan.hint}"
-    if isinstance(plan, FloatFeedForwardOutputs):
-        return f"ffn-out-{plan.hint}"
-    return f"{len(plan.layers)}-{plan.hint}" if plan.layers else "int8"
 
 
 def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:

@@ -266,11 +266,13 @@ class OpenVINORunner:
 class OpenVINOSession:
     """The exported encoder compiled by OpenVINO for this CPU, with the session interface
     the proxy, the parity gate and warm-up use
-    (:class:`~spacy_accelerate.runtime.session.Session`)."""
+    (:class:`~spacy_accelerate.runtime.session.Session`). ``model`` is its IR's path, or
+    an ``openvino.Model`` in memory: an int8 search's candidate, written to disk only
+    where it is served."""
 
     def __init__(
         self,
-        model_path: Path,
+        model: Path | Any,
         provider: ResolvedProvider,
         config: OptimizeConfig,
         layout: SessionLayout,
@@ -282,7 +284,8 @@ class OpenVINOSession:
         core = ov.Core()
         if cache_dir is not None:
             core.set_property({"CACHE_DIR": str(cache_dir)})
-        model = core.read_model(str(model_path))
+        if isinstance(model, Path):
+            model = core.read_model(str(model))
         # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
         # content, so the blob made while the entry was built (in a temporary folder) is
         # found again once the entry has its final name.
