@@ -343,7 +343,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
 
     def build(self, plan: Plan) -> Built[OpenVINOSession, Plan]:
         """The plan's model compiled from memory: only the served one is written
-        (:meth:`serve`), a second of disk per candidate on a base model saved."""
+        (:meth:`serve`), so a candidate that loses costs no disk."""
         model = self.models[plan.label] = self.model_of(plan)
         session = self.open_session(model)
         compiled = self.compiled[plan.label] = compiled_matmuls(session.compiled)
