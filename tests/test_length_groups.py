@@ -8,9 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+import torch
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
+from spacy_accelerate.architectures import detect_architecture
+from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.pipeline.calibration import annotate, record_calls
+from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.row_groups import call_in_row_groups
+from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.runtime.length_groups import (
     GROUP_COST,
     LENGTH_MULTIPLE,
@@ -18,6 +25,7 @@ from spacy_accelerate.runtime.length_groups import (
     row_lengths,
     run_by_length,
 )
+from spacy_accelerate.verify.parity import reference_outputs
 
 WIDTH = 128
 
@@ -161,3 +169,87 @@ def test_pipelines_run_grouped_and_keep_pytorchs_results(
     assert all(sum(rows for rows, _ in calls) == shape[0] for shape, calls in split)
     assert max_abs_diff(expected, actual) <= 1e-4
     assert disagreements(expected, actual, nlp) == []
+
+
+@pytest.mark.parametrize("sample", ["roberta", "st-bert-hidden"])
+def test_the_calibration_reference_runs_grouped_and_keeps_pytorchs_results(
+    sample: str, sample_path: Callable[[str], Path], ewt_texts: list[str]
+):
+    """The PyTorch pass that records the calibration runs each batch's rows in groups of
+    like length (less padding), records the batches exactly as spaCy made them, and
+    annotates as the plain PyTorch pipeline does."""
+    nlp = spacy.load(sample_path(sample))
+    texts = ewt_texts[:40]
+    expected = annotate(nlp, texts, shortest_first=False)
+    location = find_shim(transformer_components(nlp)[0])
+    spec = detect_architecture(location.pytorch_module).spec
+    ran: list[tuple[int, int]] = []
+    hook = location.pytorch_module.register_forward_pre_hook(
+        lambda _module, args, kwargs: ran.append(tuple((args or [kwargs["input_ids"]])[0].shape)),
+        with_kwargs=True,
+    )
+    try:
+        calls, docs = record_calls(nlp, location, spec, texts)
+    finally:
+        hook.remove()
+    recorded = [call.shape for call in calls]
+    assert sum(rows for rows, _ in ran) == sum(rows for rows, _ in recorded)
+    assert sum(r * w for r, w in ran) < sum(r * w for r, w in recorded)  # padding left out
+    assert max(width for _, width in recorded) == max(width for _, width in ran)
+    assert max_abs_diff(expected, list(docs)) <= 1e-4
+    assert disagreements(expected, list(docs), nlp) == []
+
+
+def test_a_call_whose_output_cannot_be_regrouped_runs_whole(sample_path: Callable[[str], Path]):
+    """Attention weights (rows, heads, positions, positions) do not regroup: the batch
+    runs in one call, as spaCy made it; so does a model given no attention mask."""
+    nlp = spacy.load(sample_path("st-bert"))
+    module = find_shim(transformer_components(nlp)[0]).pytorch_module.eval()
+    mask = torch.from_numpy(masks_of([WIDTH] + [5] * 8))
+    ids = torch.where(mask.bool(), 5, 0)
+    widths: list[int] = []
+    hook = module.register_forward_pre_hook(
+        lambda _module, _args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+        with_kwargs=True,
+    )
+    with torch.no_grad():
+        attended = call_in_row_groups(
+            module,
+            (),
+            {"input_ids": ids, "attention_mask": mask, "output_attentions": True},
+            mask.numpy(),
+        )
+        direct = module(input_ids=ids, attention_mask=mask, output_attentions=True)
+        call_in_row_groups(module, (), {"input_ids": ids}, mask.numpy())
+        call_in_row_groups(module, (), {"input_ids": ids, "attention_mask": mask}, mask.numpy())
+    hook.remove()
+    # Grouped and regrouped, then whole; the call itself; no mask: whole; grouped.
+    assert widths == [16, WIDTH, WIDTH, WIDTH, WIDTH, 16, WIDTH]
+    for got, want in zip(attended.attentions, direct.attentions, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_parity_references_run_grouped_and_keep_every_real_piece(
+    sample_path: Callable[[str], Path],
+):
+    """PyTorch's reference states for the parity check run the rows in groups of like
+    length, as the served models do: the same at every real piece, less padding run."""
+    nlp = spacy.load(sample_path("roberta"))
+    module = find_shim(transformer_components(nlp)[0]).pytorch_module
+    detected = detect_architecture(module)
+    mask = masks_of([WIDTH] + [9] * 8)
+    ids = np.where(mask.astype(bool), 7, detected.spec.padding_idx)
+    inputs = EncoderInputs(ids, mask, np.zeros_like(ids))
+    widths: list[int] = []
+    hook = module.register_forward_pre_hook(
+        lambda _module, args, _kwargs: widths.append(args[0].shape[1]), with_kwargs=True
+    )
+    with torch.no_grad():
+        grouped = reference_outputs(module, detected, inputs)
+        whole = detected.architecture.reference_outputs(module.eval(), inputs, detected.spec)
+    hook.remove()
+    assert widths == [16, WIDTH, WIDTH]
+    real = mask.astype(bool)
+    for got, want in zip(grouped, whole, strict=True):
+        np.testing.assert_allclose(got[real], want[real], atol=1e-5)
+        assert not got[1:, LENGTH_MULTIPLE:].any()  # past the short rows' group: not run

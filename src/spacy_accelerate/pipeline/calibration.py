@@ -40,6 +40,7 @@ from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, make_proxy
+from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.agreement import AgreementReport, compare
@@ -70,7 +71,8 @@ def builtin_texts() -> list[str]:
 
 
 class _Recorder(torch.nn.Module):
-    """Stands in the shim for one pass: records every call's inputs, runs PyTorch."""
+    """Stands in the shim for one pass: records every call's inputs as spaCy made them,
+    runs PyTorch on their rows grouped by length (:mod:`.row_groups`)."""
 
     def __init__(self, module: torch.nn.Module, spec: EncoderSpec) -> None:
         super().__init__()
@@ -92,7 +94,7 @@ class _Recorder(torch.nn.Module):
                 np.zeros_like(ids) if types is None else types.cpu().numpy().astype(np.int64),
             )
         self.calls.append(inputs)
-        return self.module(*args, **kwargs)
+        return call_in_row_groups(self.module, args, kwargs, inputs.attention_mask)
 
 
 def recorded_calls(

@@ -11,7 +11,7 @@ the measured numbers: it never warns and carries on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.errors import AccuracyError, ConversionError
 from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.agreement import AgreementReport
 
@@ -96,11 +97,26 @@ class ParityReport:
 def reference_outputs(
     module: torch.nn.Module, detected: DetectedEncoder, inputs: EncoderInputs
 ) -> list[np.ndarray]:
-    """The PyTorch module's outputs in eval mode, called as spaCy calls it."""
+    """The PyTorch module's outputs in eval mode, called as spaCy calls it, on the rows
+    grouped by length as the served models run them
+    (:func:`~spacy_accelerate.runtime.length_groups.run_by_length`): every real piece's
+    state up to float rounding, for less padding run; zeros past a group's length, where
+    :func:`compare` never reads."""
+    spec = detected.spec
+
+    def run(feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
+        rows = EncoderInputs(feeds["input_ids"], feeds["attention_mask"], feeds["token_type_ids"])
+        return detected.architecture.reference_outputs(module, rows, spec)
+
+    feeds = {
+        "input_ids": inputs.input_ids,
+        "attention_mask": inputs.attention_mask,
+        "token_type_ids": inputs.token_type_ids,
+    }
     was_training = module.training
     module.eval()
     try:
-        return detected.architecture.reference_outputs(module, inputs, detected.spec)
+        return run_by_length(run, feeds, spec.output_names, borrowed=False)
     finally:
         module.train(was_training)
 

@@ -91,17 +91,29 @@ QUANTIZED_OPS = ("MatMul", "Attention")
 
 
 def prepare(source: Path, target: Path) -> None:
-    """ONNX Runtime's quantization pre-processing of ``source`` into ``target``, the step
-    its quantizer expects: its graph clean-up (constant folding), which changes what
-    ``quantize_dynamic`` makes. Neither shape inference runs: the symbolic one cannot
-    follow the dynamic mask arithmetic, and ONNX's adds nothing the quantizer reads here
-    (the same int8 model, byte for byte in its outputs, on the BERT and RoBERTa
-    exports), for seconds of a base model's load and save."""
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    """ONNX Runtime's quantization pre-processing of ``source`` into ``target``: the graph
+    clean-up its quantizer expects (the basic graph optimizations, constant folding
+    among them), which changes what ``quantize_dynamic`` makes. This is the step
+    ``quant_pre_process`` runs, written by the session itself (``quant_pre_process``
+    parses and writes the model once more after it, for the same graph and its mark),
+    and its shape inferences add nothing here (the symbolic one cannot
+    follow the dynamic mask arithmetic; ONNX's gave the same int8 model on the BERT and
+    RoBERTa exports), for seconds of a base model's search."""
+    import onnxruntime
+    from onnxruntime.quantization.quant_utils import add_pre_process_metadata
 
-    with warnings.catch_warnings(), progress.third_party_output(root_records_of=["onnxruntime"]):
-        warnings.simplefilter("ignore")
-        quant_pre_process(str(source), str(target), skip_symbolic_shape=True, skip_onnx_shape=True)
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(target)
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    with progress.third_party_output(root_records_of=["onnxruntime"]):
+        onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    # The mark ``quant_pre_process`` sets (the quantizer warns without it), appended: a
+    # serialized message followed by another parses as their merge, so the model's
+    # metadata gains the entry without the model being parsed and written again.
+    mark = onnx.ModelProto()
+    add_pre_process_metadata(mark)
+    with target.open("ab") as file:
+        file.write(mark.SerializeToString())
 
 
 #: Calibration items each MatMul's harm is measured on: the ranking needs only the order
