@@ -8,12 +8,14 @@ cache folder of its own, alternating the pruned search (what ``optimize()`` does
 full one (every candidate built and judged, no rivals:
 :func:`spacy_accelerate.pipeline.auto_precision.full_search`); then once more in the same
 folder (warm: the stored choice, a cache hit). Reported: the seconds of each, the plan each
-served, and whether the two searches served the same plan.
+served (with the choice it stored: every passing plan's timed seconds, every refusal),
+and whether the two searches served the same plan.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -32,7 +34,7 @@ import spacy_accelerate  # noqa: E402
 from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
 from spacy_accelerate.cpu_features import cpu_features, simulated  # noqa: E402
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
-from spacy_accelerate.pipeline.auto_precision import full_search  # noqa: E402
+from spacy_accelerate.pipeline.auto_precision import CHOICE_FILE, full_search  # noqa: E402
 
 SEARCHES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "pruned": nullcontext,
@@ -49,6 +51,7 @@ def one_search(name: str, search: str) -> dict[str, Any]:
         with SEARCHES[search]():
             spacy_accelerate.optimize(nlp, "auto", "auto", cache_dir=cache)
         cold = time.perf_counter() - started
+        choice = stored_choice(cache)
         served = {
             n: p.exported.summary for n, p in spacy_accelerate.accelerated_components(nlp).items()
         }
@@ -60,7 +63,19 @@ def one_search(name: str, search: str) -> dict[str, Any]:
         shutil.rmtree(cache, ignore_errors=True)
     plans = {n: summary.split(", exported")[0] for n, summary in served.items()}
     print(f"{name} {search}: cold {cold:.1f} s, warm {warm:.2f} s, {plans}", flush=True)
-    return {"cold_seconds": round(cold, 1), "warm_seconds": round(warm, 2), "served": plans}
+    return {
+        "cold_seconds": round(cold, 1),
+        "warm_seconds": round(warm, 2),
+        "served": plans,
+        # Why: each passing plan's timed seconds and each refusal, as the search stored them.
+        "choice": choice,
+    }
+
+
+def stored_choice(cache: Path) -> dict[str, Any] | None:
+    """The choice the cold search stored in ``cache`` (None where none was stored)."""
+    found = sorted(cache.rglob(CHOICE_FILE))
+    return json.loads(found[0].read_text()) if found else None
 
 
 def main() -> None:

@@ -348,6 +348,10 @@ def test_entries_size_evict_and_clear(cache: ModelCache, built: CacheEntry) -> N
 
     expected = built.size_bytes + other.size_bytes + len("not an entry")
     assert cache.size_bytes() == expected
+    linked = cache.root / "linked.txt"  # a file in two places takes its room once
+    os.link(cache.root / "junk.txt", linked)
+    assert cache.size_bytes() == expected
+    linked.unlink()
 
     assert cache.evict(OTHER_KEY) is True
     assert cache.evict(OTHER_KEY) is False

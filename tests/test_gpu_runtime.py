@@ -75,7 +75,7 @@ def fp16_model(request, sample_path: Callable[[str], Path], tmp_path_factory):
     path = folder / MODEL_FILE
     hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
     export_onnx(hf_model, detected.spec, path, opset=17)
-    optimize_graph(path, detected.spec, graph_plan(Provider.CUDA, Precision.FP16))
+    optimize_graph(path, path, detected.spec, graph_plan(Provider.CUDA, Precision.FP16))
     return module, detected, path
 
 

@@ -179,6 +179,69 @@ def test_the_builds_of_one_call_share_one_export_and_convert_it_once(
     assert not exported_files[0][0].exists()  # the scratch folder goes with the call
 
 
+def _tiny_onnx(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_the_ir_is_written_once_per_call_and_linked_into_later_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # fp32 and bf16 serve the same IR: the second build links the first one's files
+    # instead of writing them again (seconds on a base model).
+    graph = tmp_path / "export" / "model.onnx"
+    graph.parent.mkdir()
+    _tiny_onnx(graph)
+    ov = openvino_runtime.import_openvino()
+    saved: list[str] = []
+    save = ov.save_model
+    monkeypatch.setattr(ov, "save_model", lambda *a, **k: saved.append(a[1]) or save(*a, **k))
+    export = shared_export.Export(graph)
+    fp32, bf16, other = (tmp_path / name for name in ("fp32", "bf16", "other"))
+    for folder in (fp32, bf16, other):
+        folder.mkdir()
+        (folder / OWNER_MARK).write_text("entry")  # a file of the entry's own, not linked
+    assert openvino_runtime.convert_to_ir(export, fp32) == fp32 / IR_FILE
+    openvino_runtime.convert_to_ir(export, bf16)
+    assert saved == [str(fp32 / IR_FILE)]
+    ir = [IR_FILE, IR_WEIGHTS]
+    assert sorted(path.name for path in bf16.iterdir()) == sorted([OWNER_MARK, *ir])
+    assert all((bf16 / name).samefile(fp32 / name) for name in ir)
+    weights = (fp32 / IR_WEIGHTS).read_bytes()
+    for path in fp32.iterdir():  # evicting the first entry leaves the second whole
+        path.unlink()
+    assert (bf16 / IR_WEIGHTS).read_bytes() == weights
+    # Where no link can be made (the cache on another filesystem), each build writes its
+    # own files.
+    linked: list[Path] = []
+
+    def no_link(source: Path, target: Path) -> None:
+        linked.append(target)
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(shared_export.os, "link", no_link)
+    openvino_runtime.convert_to_ir(export, other)
+    assert linked and saved[-1] == str(other / IR_FILE)
+    assert (other / IR_WEIGHTS).read_bytes() == weights and not (other / IR_FILE).is_symlink()
+    apart = shared_export.Export(graph)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        openvino_runtime.convert_to_ir(apart, tmp_path / name)
+    assert saved[-2:] == [str(tmp_path / "a" / IR_FILE), str(tmp_path / "b" / IR_FILE)]
+    export.close()
+    assert not graph.parent.exists()
+
+
 def test_a_warm_start_loads_the_ir_from_the_cache(
     sample_path: Callable[[str], Path], texts: list[str], cache_dir: Path, monkeypatch
 ):

@@ -57,6 +57,11 @@ class ExportedGraph(Protocol):
         """``make(path)``, made once for all the builds of the call (an OpenVINO model
         converted from it): a caller must leave it unchanged, copying what it changes."""
 
+    def written(self, name: str, folder: Path, write: Callable[[Path], None]) -> None:
+        """The files ``write(folder)`` writes into the build ``folder``, written once for
+        all the builds of the call (OpenVINO's IR, the same for fp32 and bf16) and
+        hard-linked into the later builds' folders where the filesystem allows."""
+
 
 @dataclass(frozen=True)
 class BuildJob:

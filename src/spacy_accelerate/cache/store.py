@@ -601,15 +601,17 @@ class ModelCache:
         remove_if_empty(base)
 
     def size_bytes(self) -> int:
-        """Total bytes of every file under the cache folder, leftovers included."""
-        total = 0
+        """Total bytes of every file under the cache folder, leftovers included, a file
+        linked into several entries (OpenVINO's fp32 and bf16 IR) counted once."""
+        sizes: dict[tuple[int, int], int] = {}
         for dirpath, _dirnames, filenames in os.walk(self.root):
             for filename in filenames:
                 try:
-                    total += os.lstat(os.path.join(dirpath, filename)).st_size
+                    st = os.lstat(os.path.join(dirpath, filename))
                 except OSError:
                     continue  # removed while we walked
-        return total
+                sizes[(st.st_dev, st.st_ino)] = st.st_size
+        return sum(sizes.values())
 
     # ---------------------------------------------------------------- helpers
 

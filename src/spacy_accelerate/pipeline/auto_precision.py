@@ -66,10 +66,6 @@ TIMED_TOKENS = 1500
 #: Turns of timing; each candidate's fastest turn counts.
 TURNS = 2
 
-#: How many times slower than the fastest passing plan's first turn a plan may be and
-#: still be timed again in the race: well beyond the noise of a shared machine.
-OUT_OF_CONTENTION = 1.5
-
 #: Timed texts each candidate warms up on before its first turn.
 WARM_UP_TEXTS = 4
 
@@ -430,20 +426,14 @@ class AutoSearch:
             return time.perf_counter() - start
 
     def race(self) -> None:
-        """Every passing plan that may still win timed again, in turns (the first turn was
-        taken when each was served, after a warm-up); each one's fastest turn counts. A
-        plan :data:`OUT_OF_CONTENTION` times slower than the fastest is not timed again:
-        no timing noise is that large."""
-        fastest_turn = min(self.seconds().values())
-        contending = [
-            served
-            for served in self.served.values()
-            if served.seconds <= fastest_turn * OUT_OF_CONTENTION
-        ]
-        labels = ", ".join(served.candidate.label for served in contending)
+        """Every passing plan timed again, in turns (the first turn was taken when each was
+        served, after a warm-up, right after its build); each one's fastest turn counts. No
+        plan is left out on its first turn alone: on a shared machine one turn can take
+        several times its usual time (docs/performance.md), and would serve another plan."""
+        labels = ", ".join(self.served)
         racing = f"precision='auto': racing {labels} on the calibration texts"
         for _ in progress.track(range(TURNS - 1), racing):
-            for served in contending:
+            for served in self.served.values():
                 served.turns.append(self.timed(served.modules))
 
 

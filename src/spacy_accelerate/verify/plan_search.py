@@ -295,31 +295,45 @@ class Int8Search(Generic[S, P]):
         their race, found on races alone: no plan is judged that could not be served for
         speed. Between the last plan known to win and the first known to lose, the next
         plan raced is where the two plans' race slack interpolates to the bar (a plan's
-        time grows about linearly with its float units), every other step the middle
-        one, so a noisy curve still takes no more races than bisection's twice. The
-        ladder's ``base`` (no unit in float), where it won its race, is the first plan
-        known to win, so the first plan of the ladder need not be raced on its own."""
-        if not ladder or self.race(self.build(ladder[-1])) is None:
-            return len(ladder)
+        time grows about linearly with its float units), and the middle one wherever the
+        last two races did not halve the plans left between them, so a noisy curve still
+        takes no more races than bisection's twice.
+
+        The ladder's ``base`` (no unit in float), where it won its race, is the first plan
+        known to win, so the first plan of the ladder need not be raced on its own. The
+        first known to lose is the plan past the ladder's end, every unit in float: the
+        backend's float plan, as fast as a rival at best (:meth:`all_float_slack`), which
+        no lossy plan may merely equal. It is never raced: where it would win after all,
+        the search still ends on the ladder's last plan, raced."""
+        if not ladder:
+            return 0
         known = base is not None and self.race(base) is None
         if not known and self.race(self.build(ladder[0])) is not None:
             return 0
-        # Index -1 is the base: it won, and so did the ladder's first plan where raced.
-        wins, loses, interpolate = (-1 if known else 0), len(ladder) - 1, True
+        # Index -1 is the base, len(ladder) the all-float plan past the ladder's end.
+        wins, loses = (-1 if known else 0), len(ladder)
+        widths = [loses - wins]
         while loses - wins > 1:
             middle = (wins + loses) // 2
-            if interpolate:
+            if len(widths) < 3 or 2 * widths[-1] <= widths[-3]:
                 won = base if wins < 0 else self.build(ladder[wins])
                 assert won is not None
-                low, high = self.slack_of(won), self.slack(ladder[loses])
+                low = self.slack_of(won)
+                high = self.slack(ladder[loses]) if loses < len(ladder) else self.all_float_slack
                 guess = wins + int((1.0 - low) / max(high - low, 1e-9) * (loses - wins))
                 middle = min(max(guess, wins + 1), loses - 1)
             if self.race(self.build(ladder[middle])) is None:
                 wins = middle
             else:
                 loses = middle
-            interpolate = not interpolate
+            widths.append(loses - wins)
         return wins + 1
+
+    @property
+    def all_float_slack(self) -> float:
+        """The race slack of a plan as fast as the rivals (the float plan a ladder's
+        units return to): 1 over the share of their time a lossy plan must beat."""
+        return max(1.0 / (1.0 - rival.margin) for rival in self.rivals)
 
     # ---------------------------------------------------------------- one plan
 

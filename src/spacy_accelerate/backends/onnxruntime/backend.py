@@ -171,13 +171,16 @@ class OnnxRuntimeBackend(Backend):
 
     def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
         config = job.config
-        job.export.copy_to(job.path)  # the graph is rewritten (fused, quantized) in place
         if config.precision is Precision.INT8:
             return quantize_within_gate(
                 job,
                 int8_recipe(),
                 lambda path: EncoderSession(path, job.provider, config, job.layout),
             )
-        optimize_graph(job.path, job.spec, graph_plan(config.provider, config.precision))
+        plan = graph_plan(config.provider, config.precision)
+        if plan.fuse:  # read from the export, the fused graph written into the entry
+            optimize_graph(job.export.path, job.path, job.spec, plan)
+        else:
+            job.export.copy_to(job.path)
         session = self.open_session(job.path, job.provider, config, job.layout, job.cache)
         return session, job.judged(session)

@@ -66,14 +66,15 @@ def graph_plan(provider: Provider, precision: Precision) -> GraphPlan:
     raise ValueError(f"{provider.value!r} is not served by ONNX Runtime")
 
 
-def optimize_graph(path: Path, spec: EncoderSpec, plan: GraphPlan) -> None:
-    """Apply ``plan`` to the model at ``path``, in place.
+def optimize_graph(source: Path, target: Path, spec: EncoderSpec, plan: GraphPlan) -> None:
+    """The model at ``source`` with ``plan``'s fusions, written to ``target`` (which may
+    be ``source``): read from the export, the graph is parsed and written once.
 
     The result keeps every output; a parity check afterwards decides whether
     it is served.
     """
     if not plan.fuse:
-        return
+        raise ValueError(f"{plan} fuses nothing: copy the graph instead")
     from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -91,7 +92,7 @@ def optimize_graph(path: Path, spec: EncoderSpec, plan: GraphPlan) -> None:
         warnings.simplefilter("ignore")
         try:
             optimized = optimize_model(
-                str(path),
+                str(source),
                 model_type="bert",
                 num_heads=spec.num_attention_heads,
                 hidden_size=spec.hidden_width,
@@ -112,4 +113,4 @@ def optimize_graph(path: Path, spec: EncoderSpec, plan: GraphPlan) -> None:
                 f"ONNX Runtime's optimizer dropped outputs {sorted(missing)}. Please report this."
             )
         logger.debug("fused operators: %s", optimized.get_fused_operator_statistics())
-        optimized.save_model_to_file(str(path))
+        optimized.save_model_to_file(str(target))

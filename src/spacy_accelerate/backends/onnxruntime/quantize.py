@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -311,12 +310,13 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     ) -> None:
         self.job, self.recipe, self.open_session = job, recipe, open_session
         path = job.path
-        self.float_model = path.with_name(f"float-{path.name}")
+        self.float_model = path.with_name(f"float-{path.name}")  # fused first, if at all
         self.prepared = path.with_name(f"prepared-{path.name}")
-        os.replace(path, self.float_model)
+        source = job.export.path  # only read
         if recipe.fuse_first:
-            optimize_graph(self.float_model, job.spec, GraphPlan(fuse=True))
-        prepare(self.float_model, self.prepared)
+            optimize_graph(source, self.float_model, job.spec, GraphPlan(fuse=True))
+            source = self.float_model
+        prepare(source, self.prepared)
         self.files: dict[str, Path] = {}
         self.matmuls: int | None = None  # how many MatMuls have a weight, once measured
         self._baseline: Rival | None = None
@@ -355,8 +355,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         """The fp32 model this provider serves (the exported graph, fused)."""
         if self._baseline is None:
             fused = self.job.path.with_name("baseline-model.onnx")
-            shutil.copyfile(self.float_model, fused)
-            optimize_graph(fused, self.job.spec, graph_plan(Provider.CPU, Precision.FP32))
+            plan = graph_plan(Provider.CPU, Precision.FP32)
+            optimize_graph(self.job.export.path, fused, self.job.spec, plan)
             self.files["baseline"] = fused
             self._baseline = Rival("cpu fp32", self.open_session(fused))
         return self._baseline
@@ -383,10 +383,10 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
 def quantize_within_gate(
     job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
 ) -> tuple[Session, ParityReport]:
-    """Quantize the fp32 model at ``job.path`` with the fastest plan that passes the
-    gate (token cosine, then the pipeline's agreement) and outruns the fp32 model (and
-    the rivals of ``job.limits``), written to ``job.path``; the float model and the other candidates
-    are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
+    """Quantize the exported fp32 model (``job.export``, only read) with the fastest plan
+    that passes the gate (token cosine, then the pipeline's agreement) and outruns the
+    fp32 model (and the rivals of ``job.limits``), written to ``job.path``; the other
+    candidates are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
     quantizer = OnnxRuntimeQuantizer(job, recipe, open_session)
     items = job.calibration.items if job.calibration is not None else job.batches
     search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, limits=job.limits)

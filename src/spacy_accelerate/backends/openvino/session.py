@@ -215,10 +215,16 @@ def float_model(export: ExportedGraph) -> Any:
 
 
 def convert_to_ir(export: ExportedGraph, folder: Path) -> Path:
-    """The exported graph as OpenVINO's IR in ``folder``, weights kept in fp32."""
-    target = folder / IR_FILE
-    import_openvino().save_model(float_model(export), str(target), compress_to_fp16=False)
-    return target
+    """The exported graph as OpenVINO's IR in ``folder``, weights kept in fp32: the same
+    files for every float plan, written once per call (writing a base model's takes
+    seconds)."""
+
+    def write(into: Path) -> None:
+        model = float_model(export)
+        import_openvino().save_model(model, str(into / IR_FILE), compress_to_fp16=False)
+
+    export.written("openvino-ir", folder, write)
+    return folder / IR_FILE
 
 
 @dataclass(frozen=True)
