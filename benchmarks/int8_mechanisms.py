@@ -67,7 +67,6 @@ from spacy_accelerate.backends.openvino.session import (  # noqa: E402
 )
 from spacy_accelerate.backends.registry import check_provider, session_layout  # noqa: E402
 from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
-from spacy_accelerate.build.get_or_export import ExportedModel  # noqa: E402
 from spacy_accelerate.cache.store import ModelCache  # noqa: E402
 from spacy_accelerate.cpu_features import cpu_features, simulated  # noqa: E402
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
@@ -80,11 +79,14 @@ from spacy_accelerate.pipeline.components import find_transformer_components  # 
 from spacy_accelerate.pipeline.patch import scoped  # noqa: E402
 from spacy_accelerate.pipeline.proxy import make_proxy  # noqa: E402
 from spacy_accelerate.pipeline.shim import find_shim  # noqa: E402
+from spacy_accelerate.provision.get_or_export import ExportedModel, Origin  # noqa: E402
 from spacy_accelerate.runtime.buckets import BucketPlan  # noqa: E402
 from spacy_accelerate.verify.agreement import compare  # noqa: E402
 
 #: What a stand-in being measured says of its provenance (nothing is cached).
-MEASURED = ExportedModel(key="measured", path=Path(), cache_hit=False, seconds=0.0, parity=None)
+MEASURED = ExportedModel(
+    key="measured", path=Path(), origin=Origin.EXPORTED, seconds=0.0, parity=None
+)
 
 
 def _log(message: str) -> None:

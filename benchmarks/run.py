@@ -141,18 +141,24 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
     Accelerated(variant.options).apply(nlp)
     warm = time.perf_counter() - start
     components = spacy_accelerate.accelerated_components(nlp).items()
-    plans = {name: c.exported.plan for name, c in components if c.exported.plan is not None}
+    plans = {
+        name: c.exported.record.plan for name, c in components if c.exported.record.plan is not None
+    }
     served = {
         name: f"{c.session.config.provider.value} {c.session.config.precision.value}"
         for name, c in components
     }
     calibration = {
-        name: c.exported.agreement.as_dict()
+        name: c.exported.record.agreement.as_dict()
         for name, c in components
-        if c.exported.agreement is not None
+        if c.exported.record.agreement is not None
     }
-    compiled = {n: c.exported.compiled_as for n, c in components if c.exported.compiled_as}
-    refused = {name: list(c.exported.refused) for name, c in components if c.exported.refused}
+    compiled = {
+        n: c.exported.record.compiled_as for n, c in components if c.exported.record.compiled_as
+    }
+    refused = {
+        name: list(c.exported.record.refused) for name, c in components if c.exported.record.refused
+    }
     times: dict[str, Any] = {
         "first_call_found_it_built": was_built,
         "cold_seconds": round(cold, 2),

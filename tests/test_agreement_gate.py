@@ -170,20 +170,20 @@ def test_the_manifest_records_the_plan_its_agreement_and_the_calibration(
 ):
     spacy_accelerate.optimize(bert, "cpu", "int8", cache_dir=cache_dir)
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
-    agreement = proxy.exported.agreement
+    agreement = proxy.exported.record.agreement
     assert agreement is not None
     assert {a.value for a, _ in agreement.rates} == {"tag", "dep", "sent_start", "ent"}
     for _, rate in agreement.rates:
         assert rate.lower >= parse_min_agreement(None).bound(_)
     manifest = json.loads((proxy.exported.path / "manifest.json").read_text())
     built = manifest["built"]
-    assert built["plan"] == proxy.exported.plan
+    assert built["plan"] == proxy.exported.record.plan
     assert built["calibration_sha256"] == texts_digest(builtin_texts())
     assert built["agreement"] == agreement.as_dict()
     options = manifest["key_inputs"]["export"]
     assert options["accuracy_control"]["min_agreement"]["dep"] == DEFAULT_BOUNDS[Annotation.DEP]
     (listed,) = spacy_accelerate.list_cached(cache_dir)
-    assert listed.plan == proxy.exported.plan
+    assert listed.plan == proxy.exported.record.plan
     assert listed.agreement == {a.value: r.rate for a, r in agreement.rates}
 
 
@@ -208,7 +208,7 @@ def test_bf16_is_refused_when_pytorch_autocast_is_more_faithful(
         assert "below PyTorch's own bf16 autocast (100.00%)" in error.finding
     else:  # this CPU's bf16 kept every annotation within the margin of a perfect autocast
         proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
-        for _, rate in proxy.exported.agreement.rates:
+        for _, rate in proxy.exported.record.agreement.rates:
             assert rate.rate >= 1.0 - AUTOCAST_MARGIN
     assert len(measured) == 1  # the floor is measured once, for bf16 only
 

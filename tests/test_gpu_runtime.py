@@ -37,7 +37,6 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
 )
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession, HostRunner
 from spacy_accelerate.backends.registry import check_provider, session_layout
-from spacy_accelerate.build.get_or_export import get_or_export
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import InvalidInputError, InvalidOptionError
 from spacy_accelerate.export.onnx import MODEL_FILE, export_onnx
@@ -47,6 +46,7 @@ from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.provision.get_or_export import get_or_export
 from spacy_accelerate.runtime.buckets import BucketPlan, default_batch_buckets, pad_into, unpad
 from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.verification import random_rows

@@ -131,7 +131,8 @@ def test_the_fastest_passing_whole_plan_is_served_and_slower_ones_are_never_judg
     monkeypatch.setattr(speed, "race", _timed(seconds))
     quantizer = FakeQuantizer(whole=["static", "slow", "blockwise", "dynamic"], ladder=["l1"])
     judged: list[str] = []
-    session, report = _search(quantizer, {"dynamic", "blockwise"}, judged).run()
+    built = _search(quantizer, {"dynamic", "blockwise"}, judged).run()
+    session, report = built.session, built.record
     assert session == "dynamic" and quantizer.served == "dynamic"
     assert judged == ["static", "dynamic"]  # in speed order, stopping at the first pass
     assert quantizer.measured == ["static", "dynamic"]  # no parity for plans not judged
@@ -159,7 +160,7 @@ def test_a_plan_slower_by_construction_is_built_only_where_the_faster_one_won(
         assert quantizer.built == ["dynamic", "blocks-128"] and judged == []
         assert search.refused[2].startswith("blocks-32: not tried (slower than blocks-128")
     else:  # both built and raced; the faster one that passes is served
-        session, _ = search.run()
+        session = search.run().session
         assert quantizer.built == ["dynamic", "blocks-128", "blocks-32"]
         assert session == "blocks-32" and judged == ["blocks-32"]
 
@@ -187,7 +188,7 @@ def test_a_ladder_finds_the_fewest_float_units_and_must_still_win(
     monkeypatch.setattr(speed, "race", _timed(seconds))
     judged: list[str] = []
     quantizer = FakeQuantizer(whole=["all-int8"], ladder=ladder)
-    session, _ = _search(quantizer, {"f2", "f3", "f4"}, judged).run()
+    session = _search(quantizer, {"f2", "f3", "f4"}, judged).run().session
     assert session == "f2" and quantizer.harm_measured
     assert judged[:2] == ["all-int8", "f4"]  # the most careful plan first, then bisection
     # The same ladder where the plans from f2 on are too slow: they are raced, never judged,

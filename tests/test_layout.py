@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),
     ("verify",),
     ("backends",),
-    ("build",),
+    ("provision",),
     ("pipeline",),
     ("api",),
     ("__init__",),

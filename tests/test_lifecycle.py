@@ -22,9 +22,9 @@ from spacy.util import registry
 
 import spacy_accelerate
 from spacy_accelerate import InferenceOnlyError
-from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.pipeline.persist import CALLBACK_NAME
 from spacy_accelerate.pipeline.training_guard import TRAINING_METHODS
+from spacy_accelerate.provision import exports as shared_export
 
 TOLERANCE = 1e-4
 

@@ -26,8 +26,6 @@ from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino.session import IR_FILE, IR_WEIGHTS, OpenVINORunner
 from spacy_accelerate.bench.doc_outputs import token_cosines
 from spacy_accelerate.bench.side_by_side import agreement
-from spacy_accelerate.build import exports as shared_export
-from spacy_accelerate.build import get_or_export as exported
 from spacy_accelerate.cache.store import OWNER_MARK
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
 from spacy_accelerate.errors import (
@@ -39,6 +37,8 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.pipeline import calibration
+from spacy_accelerate.provision import exports as shared_export
+from spacy_accelerate.provision import get_or_export as exported
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.plan_search import SEARCH_RULE, Built, Int8Search, Judged
 from spacy_accelerate.verify.verification import Verification
@@ -97,7 +97,8 @@ def test_bf16_keeps_token_cosine(
     spacy_accelerate.optimize(nlp, "openvino", "bf16", cache_dir=cache_dir, min_agreement=0.95)
     proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
     assert proxy.exported.parity.gate.min_cosine == 0.999
-    assert proxy.exported.agreement is not None  # judged in the pipeline, like every lossy plan
+    # judged in the pipeline, like every lossy plan
+    assert proxy.exported.record.agreement is not None
     actual = run(nlp, texts, batch_size=8)
     pairs = zip(expected, actual, strict=True)
     cosines = np.concatenate([token_cosines(e, a) for e, a in pairs])
@@ -478,15 +479,16 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     assert parity.gate.min_mean_cosine == 0.995 and parity.gate.min_cosine == 0.95
     assert parity.worst_mean_cosine >= 0.995 and parity.read_pieces > 1000
     entry = spacy_accelerate.cache.store.ModelCache(cache_dir).lookup(proxy.exported.key)
-    assert entry.manifest["built"]["plan"] == parity.plan
+    plan = proxy.exported.record.plan
+    assert entry.manifest["built"]["plan"] == plan
     assert re.fullmatch(
-        r"all layers int8|dynamic int8 \(.+\)|layers [\d, ]+ float \((bf16|fp32)\)", parity.plan
+        r"all layers int8|dynamic int8 \(.+\)|layers [\d, ]+ float \((bf16|fp32)\)", plan
     )
     # What is not int8 runs in the hint the plan was judged with: bf16 where the CPU has it,
     # unless the plan says fp32 (accuracy control's fallback).
     hint = proxy.session.compiled.get_property("INFERENCE_PRECISION_HINT")
     first = openvino_runtime.precision_hint(Precision.INT8)
-    assert hint.to_string() == ("f32" if parity.plan.endswith("fp32)") else first)
+    assert hint.to_string() == ("f32" if plan.endswith("fp32)") else first)
     assert len(entry.manifest["key_inputs"]["export"]["calibration_sha256"]) == 64
     assert set(entry.manifest["files"]) == {
         IR_FILE,
@@ -510,14 +512,14 @@ def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"].exported
     assert warm.cache_hit and warm.key == proxy.exported.key
-    assert warm.parity.plan == warm.plan == proxy.exported.plan == parity.plan
+    assert warm.record == proxy.exported.record and warm.record.plan == plan
     # Not verified again, the hit still says which plan it serves.
     unverified = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(
         unverified, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95, verify=False
     )
     trusted = spacy_accelerate.accelerated_components(unverified)["transformer"].exported
-    assert trusted.cache_hit and trusted.parity is None and trusted.plan == parity.plan
+    assert trusted.cache_hit and trusted.parity is None and trusted.record.plan == plan
     assert disagreements(actual, run(again, texts, 8), again) == []
     # The warm start's spot check runs the stored calibration items: a runtime that
     # computes differently from the one the model was proven with is caught there, and
@@ -597,7 +599,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     # dynamic int8 (f32 only: bf16 input is not quantized), the one bf16 plan, the one
     # fp32 plan.
     assert hints == ["bf16", "bf16", "f32", "bf16", "f32"]
-    assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.plan)
+    assert re.fullmatch(r"layers [12] float \(fp32\)", proxy.exported.record.plan)
     assert proxy.session.settings["INFERENCE_PRECISION_HINT"] == "f32"
     # The IR carries the precision it was judged in: a warm start compiles it the same way.
     monkeypatch.undo()
@@ -605,7 +607,7 @@ def test_int8_float_layers_fall_back_to_fp32_when_no_bf16_plan_passes(
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
-    assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
+    assert warm.exported.cache_hit and warm.exported.record.plan == proxy.exported.record.plan
     assert warm.session.settings["INFERENCE_PRECISION_HINT"] == "f32"
 
 
@@ -635,20 +637,20 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     first = openvino_quantize.FloatFeedForwardOutputs(openvino_runtime.float_part_hints()[0])
     refused = ["all layers int8: refused by the test", f"{first.label}: refused by the test"]
     if not offered:  # no VNNI: dynamic int8 would be int8 weights with float arithmetic
-        assert "dynamic" not in proxy.exported.plan
-        assert re.fullmatch(r"layers [12] float \((bf16|fp32)\)", proxy.exported.plan)
-        assert not any("dynamic" in reason for reason in proxy.exported.refused)
+        assert "dynamic" not in proxy.exported.record.plan
+        assert re.fullmatch(r"layers [12] float \((bf16|fp32)\)", proxy.exported.record.plan)
+        assert not any("dynamic" in reason for reason in proxy.exported.record.refused)
         return
     label = "dynamic int8 (activations per token, groups of 32; the rest fp32)"
-    assert proxy.exported.plan == label
-    assert "activations quantized at run time" in proxy.exported.compiled_as
+    assert proxy.exported.record.plan == label
+    assert "activations quantized at run time" in proxy.exported.record.compiled_as
     # The static plans first, then dynamic int8 with f32 input: the only way it quantizes.
     assert judged[-1] == "f32, groups of 32" and len(judged) == 3
     # Why the faster plan was not served is on record, in the manifest too.
-    assert proxy.exported.refused == tuple(refused)
+    assert proxy.exported.record.refused == tuple(refused)
     entry = spacy_accelerate.cache.store.ModelCache(cache_dir).lookup(proxy.exported.key)
     assert entry.manifest["built"]["refused"] == refused
-    assert entry.manifest["built"]["compiled_as"] == proxy.exported.compiled_as
+    assert entry.manifest["built"]["compiled_as"] == proxy.exported.record.compiled_as
     assert _plan_settings(proxy.session) == "f32, groups of 32"
     # Every MatMul with a weight reads it in int8 (NNCF's weight compression); no activation
     # is quantized in the IR: OpenVINO quantizes them at run time.
@@ -681,8 +683,8 @@ def test_dynamic_int8_is_served_only_where_it_quantizes_and_compiled_as_judged(
     again = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(again, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.95)
     warm = spacy_accelerate.accelerated_components(again)["transformer"]
-    assert warm.exported.cache_hit and warm.exported.plan == proxy.exported.plan
-    assert warm.exported.refused == proxy.exported.refused == warm.exported.parity.refused
+    assert warm.exported.cache_hit and warm.exported.record.plan == proxy.exported.record.plan
+    assert warm.exported.record == proxy.exported.record
     assert _plan_settings(warm.session) == "f32, groups of 32"
 
 
@@ -812,14 +814,14 @@ def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeli
     options = {"cache_dir": cache_dir, "min_agreement": 0.5, "min_cosine": 0.9}
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
     without = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
-    judged = {annotation.value for annotation, _ in without.agreement.rates}
+    judged = {annotation.value for annotation, _ in without.record.agreement.rates}
     assert "tag" not in judged and "ent" in judged  # no tags on either side
     assert nlp.disabled == ["tagger"]
     nlp.enable_pipe("tagger")
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
     whole = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
     assert whole.key != without.key and not whole.cache_hit
-    assert "tag" in {annotation.value for annotation, _ in whole.agreement.rates}
+    assert "tag" in {annotation.value for annotation, _ in whole.record.agreement.rates}
 
 
 def _timed(candidate_seconds: list[float]) -> Callable[..., speed.Race]:
@@ -874,8 +876,8 @@ def test_a_faster_plan_is_served_after_a_slower_one_is_refused(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "openvino", "int8", cache_dir=cache_dir, min_agreement=0.5)
     exported_model = spacy_accelerate.accelerated_components(nlp)["transformer"].exported
-    assert exported_model.plan.startswith("dynamic int8")
-    assert exported_model.refused[0].startswith(
+    assert exported_model.record.plan.startswith("dynamic int8")
+    assert exported_model.record.refused[0].startswith(
         "all layers int8: not faster than openvino bf16 by 5% on this CPU (1500 ms vs "
         "openvino bf16 1000 ms"
     )

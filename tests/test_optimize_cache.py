@@ -13,10 +13,10 @@ import spacy
 import torch
 
 import spacy_accelerate
-from spacy_accelerate.build import exports as shared_export
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.export.onnx import MODEL_FILE
 from spacy_accelerate.pipeline.proxy import AcceleratedEncoder
+from spacy_accelerate.provision import exports as shared_export
 
 
 def optimize(nlp: spacy.language.Language, cache_dir: Path) -> AcceleratedEncoder:

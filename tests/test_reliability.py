@@ -35,16 +35,16 @@ import spacy_accelerate
 from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import session_layout
-from spacy_accelerate.build import exports as shared_export
-from spacy_accelerate.build import get_or_export as exported
-from spacy_accelerate.build.get_or_export import PARITY_FILE
-from spacy_accelerate.build.storage import storage_failure
 from spacy_accelerate.cache import lock as cache_lock
 from spacy_accelerate.cache.store import MANIFEST_NAME, ModelCache, sha256_file
 from spacy_accelerate.options.config import MissingCache
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.patch import CONVERT_INPUTS, PassLayerFlag
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.provision import exports as shared_export
+from spacy_accelerate.provision import get_or_export as exported
+from spacy_accelerate.provision.get_or_export import PARITY_FILE
+from spacy_accelerate.provision.storage import storage_failure
 from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.verification import random_rows
 
@@ -115,7 +115,7 @@ def _int8_verdict(nlp: Language, cache_dir: Path, min_cosine: float, verify: boo
         )
     except AccuracyError:
         return "refused"
-    return f"served, plan {_proxy(nlp).exported.plan}"
+    return f"served, plan {_proxy(nlp).exported.record.plan}"
 
 
 @pytest.mark.parametrize("verify", [True, False])

@@ -16,9 +16,12 @@ from spacy.language import Language
 
 import spacy_accelerate
 from spacy_accelerate.backends.onnxruntime.quantize import plan_label
-from spacy_accelerate.cache.listing import CachedModel, list_cached
 from spacy_accelerate.cache.provenance import PipelineSource, last_used
 from spacy_accelerate.cache.store import MANIFEST_NAME, ModelCache
+from spacy_accelerate.options.agreement import Annotation
+from spacy_accelerate.provision.listing import CachedModel, list_cached
+from spacy_accelerate.verify.agreement import AgreementReport, Rate
+from spacy_accelerate.verify.record import RECORD_VERSION, BuildRecord
 
 KEY = re.compile(r"key [0-9a-f]{12}")
 
@@ -181,10 +184,36 @@ def test_entries_of_earlier_releases_still_list(tmp_path: Path) -> None:
     broken = {"source": {"pipeline": 3}}
     odd = _entry(cache, "f" * 64, {"provider": "cpu", "precision": "fp32"}, broken)
     assert odd.source is None and odd.plan == "whole model fp32"
+    earlier_choice = {"auto_precision": {"chosen": {"provider": "openvino", "precision": "bf16"}}}
+    choice = _entry(cache, "9" * 64, {"provider": "cpu", "precision": "auto"}, earlier_choice)
+    assert choice.note == "precision='auto' choice: openvino bf16" and choice.plan is None
+
+
+def test_a_build_record_makes_the_round_trip_through_the_manifest() -> None:
+    rates = ((Annotation.TAG, Rate(990, 1000)), (Annotation.DEP, Rate(97, 100)))
+    record = BuildRecord(
+        plan="2 of 72 MatMuls kept float: a, b",
+        refused=("every MatMul int8: tag changed",),
+        compiled_as="int8",
+        agreement=AgreementReport(rates),
+        calibration_sha256="c" * 64,
+        source=PipelineSource("en_core_web_trf", "3.8.0", "transformer"),
+    )
+    stored = json.loads(json.dumps(record.as_dict()))
+    assert stored["record_version"] == RECORD_VERSION
+    assert BuildRecord.from_dict(stored) == record and record.holds_model
+    for other in (BuildRecord(), BuildRecord(refusal="speed"), BuildRecord(chosen="cpu int8")):
+        assert BuildRecord.from_dict(json.loads(json.dumps(other.as_dict()))) == other
+    assert not BuildRecord(chosen="cpu int8").holds_model
+    # What cannot be read is left empty: the entry is verified by its hashes, not its record.
+    assert BuildRecord.from_dict({"plan": 3, "agreement": {"tag": "?"}, "refused": "x"}) == (
+        BuildRecord()
+    )
+    assert BuildRecord.from_dict(None) == BuildRecord()
 
 
 def test_the_source_is_read_from_spacys_meta() -> None:
     source = PipelineSource.of({"lang": "en", "name": "core_web_trf", "version": "3.8.0"}, "trf")
     assert source.describe() == "en_core_web_trf 3.8.0" and source.component == "trf"
-    assert PipelineSource.from_built({"source": source.as_dict()}) == source
+    assert PipelineSource.from_dict(source.as_dict()) == source
     assert PipelineSource.of({}, "transformer").describe() == "xx_pipeline 0.0.0"

@@ -10,7 +10,6 @@ from spacy_accelerate._version import __version__
 
 if TYPE_CHECKING:
     from spacy_accelerate.api import accelerated_components, is_optimized, optimize, restore
-    from spacy_accelerate.cache.listing import CachedModel, cache_size, clear_cache, list_cached
     from spacy_accelerate.cache.store import default_cache_dir
     from spacy_accelerate.errors import (
         AccuracyError,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     )
     from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
     from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
+    from spacy_accelerate.provision.listing import CachedModel, cache_size, clear_cache, list_cached
 
 #: The module each public name comes from. Names are imported on first use (PEP 562):
 #: ``import spacy_accelerate`` and the command line's ``--help`` stay fast because they do
@@ -39,7 +39,7 @@ _SOURCES: dict[str, str] = {
     ),
     **dict.fromkeys(
         ("CachedModel", "cache_size", "clear_cache", "list_cached"),
-        "spacy_accelerate.cache.listing",
+        "spacy_accelerate.provision.listing",
     ),
     "default_cache_dir": "spacy_accelerate.cache.store",
     **dict.fromkeys(

@@ -19,9 +19,6 @@ from spacy_accelerate.backends.registry import (
     precision_candidates,
     serve_first,
 )
-from spacy_accelerate.build.exports import SharedExport
-from spacy_accelerate.build.get_or_export import ExportedModel, get_or_export
-from spacy_accelerate.build.references import References
 from spacy_accelerate.cache.location import saved_cache_dir
 from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
@@ -61,6 +58,9 @@ from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
+from spacy_accelerate.provision.exports import SharedExport
+from spacy_accelerate.provision.get_or_export import ExportedModel, get_or_export
+from spacy_accelerate.provision.references import References
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
@@ -288,7 +288,7 @@ def _log_served(component: str, exported: ExportedModel) -> None:
     """The one line that says what serves ``component`` (the provider and precision
     ``auto`` chose, the plan, a cache hit or an export, the key) and, for a lossy plan,
     how faithful it is."""
-    agreement = exported.agreement
+    agreement = exported.record.agreement
     logger.info(
         "spacy-accelerate: %s runs %s%s",
         component,

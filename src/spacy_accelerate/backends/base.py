@@ -4,7 +4,7 @@ A backend owns everything specific to one runtime: its sessions, its provider op
 its quantization (a plan search, :mod:`spacy_accelerate.verify.plan_search`), the file
 a cache entry serves for it, what of its runtime goes into the cache key, and the
 folders of derived artefacts (engines, compiled blobs) it keeps beside an entry. The
-build (:mod:`spacy_accelerate.build.get_or_export`) and the provider registry
+build (:mod:`spacy_accelerate.provision.get_or_export`) and the provider registry
 (:mod:`spacy_accelerate.backends.registry`) use backends only through :class:`Backend`.
 
 To add a backend: a folder under ``backends/`` with a subclass of :class:`Backend`, and
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -34,6 +34,7 @@ from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
+from spacy_accelerate.verify.record import BuildRecord, BuiltModel
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits, races
 
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
@@ -111,19 +112,19 @@ class BuildJob:
         applies the gate itself)."""
         return self.check(session, Gate())
 
-    def judged(self, session: Session) -> ParityReport:
+    def judged(self, session: Session) -> BuiltModel:
         """``session`` held to the gate (the token cosine first: it is cheap), then, for
         a lossy plan, raced against the rivals of :attr:`limits` and held to the pipeline's
         agreement on the calibration texts (an AccuracyError if either fails)."""
         report = self.check(session)
         if self.judge is None:
-            return report
+            return BuiltModel(session, report)
         if self.limits.rivals:
             items = self.calibration.items if self.calibration is not None else self.batches
             lost = races(session, self.limits.rivals, items)[-1]
             if not lost.faster:
                 raise OutpacedError(f"{self.config.precision.value}: {lost.finding()}")
-        return replace(report, agreement=self.judge(session))
+        return BuiltModel(session, report, BuildRecord(agreement=self.judge(session)))
 
 
 class Backend(ABC):
@@ -186,6 +187,7 @@ class Backend(ABC):
         """A session over ``model`` (no derived artefacts are kept without ``cache``)."""
 
     @abstractmethod
-    def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
-        """The served model of ``job`` in its folder, its session and parity report; an
-        AccuracyError (or, calibrated, a NoFasterPlanError) when no plan may be served."""
+    def build(self, job: BuildJob) -> BuiltModel:
+        """The served model of ``job`` in its folder: its session, parity report and
+        record; an AccuracyError (or, calibrated, a NoFasterPlanError) when no plan may be
+        served."""

@@ -32,9 +32,6 @@ from spacy_accelerate.cache.store import MANIFEST_NAME, CacheEntry
 
 logger = logging.getLogger("spacy_accelerate")
 
-#: The key of the source record in the manifest's ``built`` section.
-SOURCE_FIELD = "source"
-
 
 @dataclass(frozen=True)
 class PipelineSource:
@@ -55,10 +52,9 @@ class PipelineSource:
         return {"pipeline": self.pipeline, "version": self.version, "component": self.component}
 
     @classmethod
-    def from_built(cls, built: Mapping[str, Any]) -> PipelineSource | None:
-        """The source a manifest's ``built`` section records; None where it has none (an
-        entry of an earlier release, or one not built from a pipeline)."""
-        recorded = built.get(SOURCE_FIELD)
+    def from_dict(cls, recorded: Any) -> PipelineSource | None:
+        """The source :meth:`as_dict` wrote; None where there is none (an entry of an
+        earlier release, or one not built from a pipeline) or it cannot be read."""
         if not isinstance(recorded, Mapping):
             return None
         pipeline, version, component = (

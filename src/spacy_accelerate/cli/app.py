@@ -384,10 +384,12 @@ def optimize(
                 else "not re-checked"
             )
             typer.echo(f"  against PyTorch: {checked}")
-            if exported.compiled_as:
-                typer.echo(f"  compiled as {exported.compiled_as}")
-            if exported.agreement is not None:
-                typer.echo(f"  agreement on the calibration texts: {exported.agreement.describe()}")
+            if exported.record.compiled_as:
+                typer.echo(f"  compiled as {exported.record.compiled_as}")
+            if exported.record.agreement is not None:
+                typer.echo(
+                    f"  agreement on the calibration texts: {exported.record.agreement.describe()}"
+                )
             typer.echo(f"  {exported.path}")
         if output is not None:
             nlp.meta["requirements"] = with_requirement(nlp.meta.get("requirements") or [])
@@ -552,7 +554,7 @@ def cache_list(cache_dir: CacheDir = None, as_json: Json = False) -> None:
     """The cached models, a row each: key, family, provider, precision, size, creation and
     last use; under it the pipeline it was built from, the plan served and, for a lossy
     plan, its agreement per annotation on the calibration texts."""
-    from spacy_accelerate.cache.listing import list_cached
+    from spacy_accelerate.provision.listing import list_cached
 
     with one_line_errors():
         entries = list_cached(_cache_folder(cache_dir))
@@ -586,8 +588,8 @@ def cache_list(cache_dir: CacheDir = None, as_json: Json = False) -> None:
 @cache_app.command("size")
 def cache_size_command(cache_dir: CacheDir = None) -> None:
     """Disk used by the cache."""
-    from spacy_accelerate.cache.listing import cache_size
     from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.provision.listing import cache_size
 
     with one_line_errors():
         size = cache_size(_cache_folder(cache_dir))
@@ -600,8 +602,8 @@ def cache_clear(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove every cached model (they are rebuilt on the next optimize())."""
-    from spacy_accelerate.cache.listing import clear_cache
     from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.provision.listing import clear_cache
 
     with one_line_errors():
         folder = _cache_folder(cache_dir) or default_cache_dir()

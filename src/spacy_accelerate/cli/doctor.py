@@ -19,12 +19,12 @@ from spacy_accelerate.backends.registry import (
     install_hint,
     listed_providers,
 )
-from spacy_accelerate.cache.listing import cache_size, list_cached
 from spacy_accelerate.cache.store import default_cache_dir
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.request import build_config
+from spacy_accelerate.provision.listing import cache_size, list_cached
 
 #: Packages whose versions matter for a report.
 PACKAGES = (

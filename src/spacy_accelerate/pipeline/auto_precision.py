@@ -52,6 +52,7 @@ from spacy_accelerate.pipeline.patch import patch, revert, scoped
 from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.record import BuildRecord
 from spacy_accelerate.verify.speed import LOSSY_MARGIN, Limits, Rival, races
 
 logger = logging.getLogger("spacy_accelerate")
@@ -179,7 +180,7 @@ def choose(
         choice = AutoSearch(nlp, config, locations, source, accelerate).run(candidates)
         found.append(choice)
         (folder / CHOICE_FILE).write_text(json.dumps(choice.as_dict(), indent=2))
-        return {"auto_precision": choice.as_dict()}
+        return BuildRecord(chosen=choice.chosen.label).as_dict()
 
     try:
         try:

@@ -32,7 +32,6 @@ from spacy.tokens import Doc
 from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.build.get_or_export import ExportedModel
 from spacy_accelerate.errors import AgreementError, InvalidOptionError
 from spacy_accelerate.options.agreement import AgreementBounds
 from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
@@ -42,6 +41,7 @@ from spacy_accelerate.pipeline.patch import scoped
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, make_proxy
 from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.provision.get_or_export import ExportedModel, Origin
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.agreement import AgreementReport, compare
 from spacy_accelerate.verify.calibration import Calibration, Judge
@@ -375,4 +375,6 @@ def agreement_judge(
 
 
 #: What the proxy of a candidate being judged says of its provenance (nothing is cached yet).
-_JUDGED = ExportedModel(key="candidate", path=Path(), cache_hit=False, seconds=0.0, parity=None)
+_JUDGED = ExportedModel(
+    key="candidate", path=Path(), origin=Origin.EXPORTED, seconds=0.0, parity=None
+)

@@ -32,9 +32,9 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
-from spacy_accelerate.build.get_or_export import ExportedModel, reopen
 from spacy_accelerate.errors import CacheError, InferenceOnlyError, UnsupportedArchitectureError
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
+from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 

@@ -25,34 +25,23 @@ from spacy_accelerate.errors import AccuracyError, ConversionError
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.session import Session
-from spacy_accelerate.verify.agreement import AgreementReport
 
 
 @dataclass(frozen=True)
 class ParityReport:
     """Per output (embedding output first): the largest absolute difference and the
-    smallest cosine similarity of one token's vector to PyTorch's."""
+    smallest cosine similarity of one token's vector to PyTorch's. What the build decided
+    (its plan, the pipeline's agreement) is its :class:`~.record.BuildRecord`."""
 
     outputs: tuple[str, ...]
     max_abs_diff: tuple[float, ...]
     min_cosine: tuple[float, ...]
     gate: Gate
     batch_shape: tuple[int, int]
-    #: For int8: the label of the quantization plan that passed (as the backend's plan
-    #: search names it, see :mod:`.plan_search`).
-    plan: str | None = None
-    #: For int8: the other plans tried and why each was refused, so a slower plan
-    #: served is never unexplained.
-    refused: tuple[str, ...] = ()
     #: Per output: the mean cosine over the pieces spaCy reads (see :func:`read_pieces`),
     #: and how many such pieces there were.
     mean_cosine: tuple[float, ...] = ()
     read_pieces: int = 0
-    #: Where the backend can tell: what the served plan's matrix products run as, read
-    #: from the compiled model (int8, int8 weights with float arithmetic, float).
-    compiled_as: str | None = None
-    #: A lossy plan: the pipeline's agreement with PyTorch fp32 on the calibration texts.
-    agreement: AgreementReport | None = None
 
     @property
     def worst(self) -> float:
@@ -83,10 +72,6 @@ class ParityReport:
                 "min_mean_cosine": self.gate.min_mean_cosine,
             },
             "batch_shape": list(self.batch_shape),
-            "plan": self.plan,
-            "refused": list(self.refused),
-            "compiled_as": self.compiled_as,
-            "agreement": self.agreement.as_dict() if self.agreement is not None else None,
         }
 
     def per_output(self) -> str:

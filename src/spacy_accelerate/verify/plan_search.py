@@ -46,8 +46,10 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.agreement import AgreementReport
 from spacy_accelerate.verify.calibration import Judge
 from spacy_accelerate.verify.parity import ParityReport
+from spacy_accelerate.verify.record import BuildRecord, BuiltModel
 from spacy_accelerate.verify.speed import LOSSY_MARGIN, NO_LIMITS, Limits, Race, Rival, races
 
 logger = logging.getLogger("spacy_accelerate")
@@ -104,8 +106,9 @@ class Judged(Generic[S, P]):
 
     built: Built[S, P]
     refusal: str | None = None
-    #: The report, with the pipeline's agreement where it was judged.
+    #: The report under the gate, and the pipeline's agreement where it was judged.
     report: ParityReport | None = None
+    agreement: AgreementReport | None = None
 
     @property
     def passed(self) -> bool:
@@ -203,9 +206,10 @@ class Int8Search(Generic[S, P]):
 
     # ---------------------------------------------------------------- the steps
 
-    def run(self) -> tuple[S, ParityReport]:
-        """The served plan's session and report (naming it and every refused plan), or
-        the refusal (:meth:`refusal`); every other candidate's files are removed."""
+    def run(self) -> BuiltModel:
+        """The served plan's session, report and record (naming it and every refused
+        plan), or the refusal (:meth:`refusal`); every other candidate's files are
+        removed."""
         try:
             chosen = self.whole() or self.ladder()
             if chosen is None:
@@ -215,13 +219,13 @@ class Int8Search(Generic[S, P]):
             self.quantizer.discard()
         assert chosen.report is not None
         logger.info("int8 plan %r served", chosen.built.label)
-        report = replace(
-            chosen.report,
+        record = BuildRecord(
             plan=chosen.built.label,
             refused=tuple(self.refused),
             compiled_as=chosen.built.compiled_as,
+            agreement=chosen.agreement,
         )
-        return chosen.built.session, report
+        return BuiltModel(chosen.built.session, chosen.report, record)
 
     def whole(self) -> Judged[S, P] | None:
         """Step 1 and 2: the whole plans built and raced, the winners judged fastest
@@ -391,16 +395,17 @@ class Int8Search(Generic[S, P]):
                 f"{self.gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
                 f"smallest {report.worst_cosine:.5f})"
             )
+        agreement = None
         if refusal is None and self.judge is not None:
             try:
-                report = replace(report, agreement=self.judge(built.session))
+                agreement = self.judge(built.session)
             except AgreementError as error:
                 refusal = error.finding
                 self.disagreements.append(f"{built.label}: {refusal}")
         if refusal is not None:
             self.note(f"{built.label}: {refusal}")
         logger.info("int8 plan %r: %s", built.label, refusal or "passed")
-        return Judged(built, refusal, report)
+        return Judged(built, refusal, report, agreement)
 
     def note(self, text: str) -> None:
         """Record a plan refused or not tried, and why."""

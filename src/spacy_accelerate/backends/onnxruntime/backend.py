@@ -48,7 +48,7 @@ from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.parity import ParityReport
+from spacy_accelerate.verify.record import BuiltModel
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -169,7 +169,7 @@ class OnnxRuntimeBackend(Backend):
         with cache.derived_lock(engine_dir):
             return EncoderSession(model, provider, config, layout)
 
-    def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
+    def build(self, job: BuildJob) -> BuiltModel:
         config = job.config
         if config.precision is Precision.INT8:
             return quantize_within_gate(
@@ -183,4 +183,4 @@ class OnnxRuntimeBackend(Backend):
         else:
             job.export.copy_to(job.path)
         session = self.open_session(job.path, job.provider, config, job.layout, job.cache)
-        return session, job.judged(session)
+        return job.judged(session)

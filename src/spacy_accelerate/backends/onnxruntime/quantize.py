@@ -38,7 +38,6 @@ from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, graph_plan, o
 from spacy_accelerate.cpu_features import CpuFeatures
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime.session import Session
-from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.plan_search import (
     SEARCH_RULE,
     Built,
@@ -47,6 +46,7 @@ from spacy_accelerate.verify.plan_search import (
     Quantizer,
     sensitivity_ladder,
 )
+from spacy_accelerate.verify.record import BuiltModel
 from spacy_accelerate.verify.speed import Rival
 
 if TYPE_CHECKING:  # the backend interface names this module's plan search
@@ -382,7 +382,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
 @progress.step("ONNX Runtime int8: quantizing, racing and judging plans")
 def quantize_within_gate(
     job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
-) -> tuple[Session, ParityReport]:
+) -> BuiltModel:
     """Quantize the exported fp32 model (``job.export``, only read) with the fastest plan
     that passes the gate (token cosine, then the pipeline's agreement) and outruns the
     fp32 model (and the rivals of ``job.limits``), written to ``job.path``; the other

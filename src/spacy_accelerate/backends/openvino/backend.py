@@ -38,7 +38,7 @@ from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.parity import ParityReport
+from spacy_accelerate.verify.record import BuiltModel
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -123,7 +123,7 @@ class OpenVINOBackend(Backend):
                 )
         return OpenVINOSession(model, provider, config, layout)
 
-    def build(self, job: BuildJob) -> tuple[Session, ParityReport]:
+    def build(self, job: BuildJob) -> BuiltModel:
         config = job.config
         if config.precision is Precision.INT8:
             if job.calibration is None:
@@ -147,4 +147,4 @@ class OpenVINOBackend(Backend):
             )
         ir = convert_to_ir(job.export, job.path.parent)  # converting costs seconds on every load
         session = self.open_session(ir, job.provider, config, job.layout, job.cache)
-        return session, job.judged(session)
+        return job.judged(session)

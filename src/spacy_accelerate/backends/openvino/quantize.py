@@ -63,9 +63,8 @@ from spacy_accelerate.backends.openvino.session import (
 from spacy_accelerate.errors import ConversionError
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.providers import import_runtime
-from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import Calibration, Judge, spread
-from spacy_accelerate.verify.parity import ParityReport, check_parity
+from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.plan_search import (
     Built,
     Int8Search,
@@ -73,6 +72,7 @@ from spacy_accelerate.verify.plan_search import (
     float_layer_ladder,
     layer_harm,
 )
+from spacy_accelerate.verify.record import BuiltModel
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Rival
 
 logger = logging.getLogger("spacy_accelerate")
@@ -430,7 +430,7 @@ def quantize_within_gate(
     open_session: Callable[[Any], OpenVINOSession],
     judge: Judge | None = None,
     limits: Limits = NO_LIMITS,
-) -> tuple[Session, ParityReport]:
+) -> BuiltModel:
     """Quantize the exported model (``export``) into ``IR_FILE`` in ``folder`` with the
     fastest plan that passes ``gate`` and ``judge`` (the pipeline's agreement) and outruns
     OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
@@ -440,8 +440,8 @@ def quantize_within_gate(
         export, folder, module, detected, calibration, references, open_session
     )
     search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
-    session, report = search.run()
-    return session, replace(report, gate=gate)
+    built = search.run()
+    return replace(built, parity=replace(built.parity, gate=gate))
 
 
 def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,8 @@ from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import BuildJob
 from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
-from spacy_accelerate.build.exports import SharedExport
-from spacy_accelerate.build.references import References
-from spacy_accelerate.build.refusals import raise_recorded_refusal, store_refusal
-from spacy_accelerate.build.storage import stored_as_cache_errors
 from spacy_accelerate.cache.location import saved_cache_dir, search_order
-from spacy_accelerate.cache.provenance import SOURCE_FIELD, PipelineSource, record_use
+from spacy_accelerate.cache.provenance import PipelineSource, record_use
 from spacy_accelerate.cache.store import CacheEntry, CacheResult, ModelCache
 from spacy_accelerate.errors import (
     AccuracyError,
@@ -51,12 +48,17 @@ from spacy_accelerate.export.fingerprint import cache_key, key_inputs
 from spacy_accelerate.export.onnx import MODEL_FILE
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.options.gate import Gate, recorded_report_meets
+from spacy_accelerate.provision.exports import SharedExport
+from spacy_accelerate.provision.references import References
+from spacy_accelerate.provision.refusals import raise_recorded_refusal, store_refusal
+from spacy_accelerate.provision.storage import stored_as_cache_errors
 from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN, AgreementReport
+from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN
 from spacy_accelerate.verify.calibration import CalibrationInputs, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
+from spacy_accelerate.verify.record import BuildRecord
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
@@ -78,40 +80,45 @@ AGREEMENT_RULE = (
 )
 
 
+class Origin(str, Enum):
+    """Where a served model came from: built by this call, a cache hit, or the bundle of
+    the saved pipeline it was loaded from (:mod:`~spacy_accelerate.provision.bundle`)."""
+
+    EXPORTED = "exported"
+    CACHE_HIT = "cache hit"
+    BUNDLED = "bundled"
+
+
 @dataclass(frozen=True)
 class ExportedModel:
     """Where the served model came from."""
 
     key: str
     path: Path
-    cache_hit: bool
+    origin: Origin
     seconds: float
     parity: ParityReport | None
-    #: The int8 quantization plan served: chosen when the entry was built and read
-    #: back from its manifest on a hit, verified again or not.
-    plan: str | None = None
-    #: The other int8 plans tried when the entry was built, and why each was refused.
-    refused: tuple[str, ...] = ()
+    #: How the served model was built (its int8 plan, the plans refused, the agreement),
+    #: as recorded when it was built and read back from its manifest on a hit.
+    record: BuildRecord = BuildRecord()
     #: The rows the model was checked on (part of its key): a pipeline unpickled where
     #: the entry is gone builds it again with them.
     verification: Verification | None = None
-    #: OpenVINO's int8: what the served plan's MatMuls run as on the CPU that built it.
-    compiled_as: str | None = None
-    #: A lossy plan: the pipeline's agreement with PyTorch fp32 per annotation on the
-    #: calibration texts, as measured when the entry was built.
-    agreement: AgreementReport | None = None
     #: The provider and precision that serve it (``auto`` decided).
     provider: str | None = None
     precision: str | None = None
 
     @property
+    def cache_hit(self) -> bool:
+        return self.origin is Origin.CACHE_HIT
+
+    @property
     def summary(self) -> str:
         """What was served, in one short line: ``cpu int8 (every MatMul int8), cache hit,
-        key 1a2b3c4d5e6f`` or ``openvino bf16, exported, key ...``."""
+        key 1a2b3c4d5e6f``, ``openvino bf16, exported, key ...`` or ``..., bundled, ...``."""
         served = " ".join(part for part in (self.provider, self.precision) if part) or "model"
-        plan = f" ({self.plan})" if self.plan else ""
-        origin = "cache hit" if self.cache_hit else "exported"
-        return f"{served}{plan}, {origin}, key {self.key[:12]}"
+        plan = f" ({self.record.plan})" if self.record.plan else ""
+        return f"{served}{plan}, {self.origin.value}, key {self.key[:12]}"
 
 
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
@@ -288,15 +295,13 @@ class _Fetch:
         self.storing = stored_as_cache_errors(self.build_with_source, cache.root)
 
     def build_with_source(self, folder: Path) -> dict[str, Any]:
-        """:meth:`build`, its record naming the pipeline and component it came from."""
-        built = self.build(folder)
-        if self.source is not None:
-            built[SOURCE_FIELD] = self.source.as_dict()
-        return built
+        """:meth:`build`'s record, naming the pipeline and component it came from, as the
+        manifest stores it."""
+        return replace(self.build(folder), source=self.source).as_dict()
 
-    def build(self, folder: Path) -> dict[str, Any]:
-        """Export, build and check the model in ``folder``; what the manifest records of
-        how it was built (or a calibrated build's refusal, kept instead of a model)."""
+    def build(self, folder: Path) -> BuildRecord:
+        """Export, build and check the model in ``folder``; the record of how it was built
+        (or a calibrated build's refusal, kept instead of a model)."""
         if not self.build_allowed:
             raise CacheMissError(self.key)
         config, detected = self.config, self.detected
@@ -323,36 +328,30 @@ class _Fetch:
         try:
             building = f"building the {config.provider.value} {config.precision.value} model"
             with progress.step(f"{building} and checking it against PyTorch"):
-                session, report = backend_for(config.provider).build(job)
+                built = backend_for(config.provider).build(job)
         except OutpacedError:
             raise  # decided by the limits of this search alone: nothing to keep
         except (NoFasterPlanError, AccuracyError) as refusal:
             if not config.calibrated:
                 raise
             return store_refusal(folder, refusal)
-        recorded = report.as_dict()
+        recorded = built.parity.as_dict()
+        record = built.record
         if calibration is not None:
             spot = save_spot_check(calibration.full.items, folder)
             measured = check_parity(
                 self.module,
                 detected,
-                session,
+                built.session,
                 gate=Gate(),
                 batches=spot,
                 references=self.references.of(spot),
             )
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
+            record = replace(record, calibration_sha256=calibration.digest)
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
-        self.built.append((session, report))
-        built: dict[str, Any] = {}
-        if report.plan:
-            built.update(plan=report.plan, refused=list(report.refused))
-            built["compiled_as"] = report.compiled_as
-        if report.agreement is not None:
-            built["agreement"] = report.agreement.as_dict()
-        if calibration is not None:
-            built["calibration_sha256"] = calibration.digest
-        return built
+        self.built.append((built.session, built.parity))
+        return record
 
     def serve(self, result: CacheResult) -> tuple[Session, ParityReport | None]:
         """The session over ``result``'s entry; a hit opened and re-checked as asked."""
@@ -425,32 +424,18 @@ class _Fetch:
                     refusal,
                 )
                 result = cache.rebuild(result.entry, inputs, self.storing, required)
-        built_with = result.entry.manifest.get("built") or {}
-        plan, refused = built_with.get("plan"), tuple(built_with.get("refused") or ())
-        if parity is not None and result.hit:  # a hit serves the plan it was built with
-            parity = replace(parity, plan=plan, refused=refused)
         record_use(result.entry)
         return session, ExportedModel(
             key=key,
             path=result.entry.path,
-            cache_hit=result.hit,
+            origin=Origin.CACHE_HIT if result.hit else Origin.EXPORTED,
             seconds=time.perf_counter() - start,
             parity=parity,
-            plan=plan,
-            refused=refused,
+            record=BuildRecord.from_dict(result.entry.manifest.get("built")),
             verification=self.verification,
-            compiled_as=built_with.get("compiled_as"),
-            agreement=_recorded_agreement(built_with),
             provider=self.config.provider.value,
             precision=self.config.precision.value,
         )
-
-
-def _recorded_agreement(built: dict[str, Any]) -> AgreementReport | None:
-    try:
-        return AgreementReport.from_dict(built["agreement"])
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def reopen(

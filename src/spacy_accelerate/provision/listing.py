@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spacy_accelerate.cache.provenance import PipelineSource, last_used
+from spacy_accelerate.cache.provenance import last_used
 from spacy_accelerate.cache.store import CacheEntry, ModelCache
+from spacy_accelerate.verify.record import BuildRecord
 
 
 @dataclass(frozen=True)
@@ -75,22 +76,18 @@ class CachedModel:
 def _describe(entry: CacheEntry) -> CachedModel:
     inputs = entry.manifest.get("key_inputs")
     inputs = inputs if isinstance(inputs, dict) else {}
-    built = entry.manifest.get("built")
-    built = built if isinstance(built, dict) else {}
+    record = BuildRecord.from_dict(entry.manifest.get("built"))
     encoder = inputs.get("encoder") or {}
     export = inputs.get("export") or {}
-    rates = _rates(built.get("agreement"))
-    note, holds_model = None, True
-    if isinstance(built.get("auto_precision"), dict):
-        chosen = built["auto_precision"].get("chosen") or {}
-        note = f"precision='auto' choice: {chosen.get('provider')} {chosen.get('precision')}"
-        holds_model = False
-    elif isinstance(built.get("refusal"), str):
-        reason = "not faster than float here" if built["refusal"] == "speed" else "the gate"
+    note = None
+    if record.chosen is not None:
+        note = f"precision='auto' choice: {record.chosen}"
+    elif record.refusal is not None:
+        reason = "not faster than float here" if record.refusal == "speed" else "the gate"
         note = f"a refusal ({reason}): no model is served for this request here"
-        holds_model = False
     precision = export.get("precision")
-    source = PipelineSource.from_built(built)
+    source = record.source
+    agreement = record.agreement
     return CachedModel(
         key=entry.key,
         path=entry.path,
@@ -99,8 +96,8 @@ def _describe(entry: CacheEntry) -> CachedModel:
         family=encoder.get("family"),
         provider=export.get("provider"),
         precision=precision,
-        plan=_plan(built.get("plan"), precision) if holds_model else None,
-        agreement=rates,
+        plan=_plan(record.plan, precision) if record.holds_model else None,
+        agreement={a.value: rate.rate for a, rate in agreement.rates} if agreement else None,
         note=note,
         source=source.describe() if source is not None else None,
         component=source.component if source is not None else None,
@@ -123,15 +120,6 @@ def _plan(recorded: Any, precision: Any) -> str | None:
     if precision == "int8":
         return "int8, plan not recorded"
     return f"whole model {precision}" if isinstance(precision, str) else None
-
-
-def _rates(recorded: Any) -> dict[str, float] | None:
-    """The recorded agreement's rate per annotation; None when it is missing or unreadable
-    (an entry written by another release is listed, not refused)."""
-    try:
-        return {str(name): float(rate["rate"]) for name, rate in recorded.items()}
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
 
 
 def list_cached(cache_dir: str | os.PathLike[str] | None = None) -> list[CachedModel]:

@@ -14,6 +14,7 @@ from spacy_accelerate.errors import (
     NoFasterPlanError,
     SpacyAccelerateError,
 )
+from spacy_accelerate.verify.record import BuildRecord
 
 #: What a calibrated build stores instead of a model when no plan may be served.
 REFUSAL_FILE = "refusal.json"
@@ -24,7 +25,7 @@ _REFUSALS: dict[str, type[SpacyAccelerateError]] = {
 }
 
 
-def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> dict[str, Any]:
+def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> BuildRecord:
     """Keep the decision instead of a model: a lossy plan is judged by running the
     pipeline over the calibration texts (an int8 search, several times), and its verdict
     holds for the same weights, calibration, bounds and CPU (all in the key), so a warm
@@ -37,7 +38,7 @@ def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> d
         if path.name != OWNER_MARK:
             path.unlink()
     (folder / REFUSAL_FILE).write_text(json.dumps(recorded))
-    return {"refusal": recorded["kind"]}
+    return BuildRecord(refusal=recorded["kind"])
 
 
 def raise_recorded_refusal(entry: CacheEntry) -> None:
