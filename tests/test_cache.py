@@ -541,7 +541,9 @@ def test_a_file_the_manifest_does_not_list_refuses_the_entry(
     # A runtime loads files it finds beside the model (ONNX external data): never unverified.
     _user_file(built.path / extra, "corrupted weights")
     assert cache.lookup(KEY) is None
-    _assert_rebuilt(cache, caplog, reason=f"{named} is in the entry but not in its manifest")
+    _assert_rebuilt(
+        cache, caplog, reason=f"{named} is in {built.path} but not listed in manifest.json"
+    )
     assert not (cache.root / KEY / extra).exists()
 
 

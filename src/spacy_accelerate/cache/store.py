@@ -32,7 +32,6 @@ which proves no build is writing into them: on every cache miss (for all keys), 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -40,10 +39,9 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import platformdirs
@@ -51,8 +49,19 @@ import platformdirs
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cache.derived import DerivedFolders, registered
 from spacy_accelerate.cache.lock import KeyLock
+from spacy_accelerate.cache.manifest import (
+    MANIFEST_FORMAT_VERSION,
+    MANIFEST_NAME,
+    OWNER_MARK,
+    CacheEntry,
+    CorruptEntry,
+    describe_files,
+    read_manifest,
+    sha256_file,
+    utc_now_iso,
+    verify_entry,
+)
 from spacy_accelerate.cache.ownership import (
-    MARK,
     is_marked,
     is_real_dir,
     make_owned_dir,
@@ -65,6 +74,8 @@ from spacy_accelerate.errors import CacheError
 from spacy_accelerate.options.config import DEFAULT_LOCK_TIMEOUT
 
 __all__ = [
+    "OWNER_MARK",
+    "sha256_file",
     "CACHE_ENV_VAR",
     "MANIFEST_FORMAT_VERSION",
     "MANIFEST_NAME",
@@ -77,17 +88,12 @@ __all__ = [
 
 logger = logging.getLogger("spacy_accelerate")
 
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT_VERSION = 1
 CACHE_ENV_VAR = "SPACY_ACCELERATE_CACHE"
 
 _APP_NAME = "spacy-accelerate"
 _KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
 _TMP_PREFIX = ".tmp-"
-#: The file in every entry (and build folder) that says the library made it.
-OWNER_MARK = MARK
 _LOCK_DIR = ".locks"
-_HASH_CHUNK = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- locations
@@ -122,53 +128,7 @@ def _validate_key(key: str) -> str:
     return key
 
 
-def _safe_relative(name: str) -> PurePosixPath:
-    """Parse a manifest file name, refusing anything that could point outside the entry."""
-    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
-        raise ValueError(f"unsafe file name {name!r}")
-    rel = PurePosixPath(name)
-    if rel.is_absolute() or any(part in ("", ".", "..") for part in rel.parts):
-        raise ValueError(f"unsafe file name {name!r}")
-    if str(rel) != name:
-        raise ValueError(f"file name {name!r} is not in normal form")
-    return rel
-
-
 # --------------------------------------------------------------------------- entries
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """A verified cache entry: its files matched the manifest when it was looked up."""
-
-    key: str
-    path: Path
-    manifest: Mapping[str, Any]
-
-    def file(self, name: str) -> Path:
-        """Path of a listed file; an unlisted name is refused so that nothing unverified is
-        ever read (callers name the files they need in ``required``, checked on lookup)."""
-        if name not in self.manifest["files"]:
-            raise CacheError(
-                f"{name!r} is not a file of the cache entry {self.path}; remove the entry "
-                "(spacy-accelerate cache clear) so that it is rebuilt"
-            )
-        return self.path.joinpath(*_safe_relative(name).parts)
-
-    @property
-    def size_bytes(self) -> int:
-        """Disk use of the entry, counting the manifest so totals match what ``du`` sees."""
-        listed = sum(int(info["size"]) for info in self.manifest["files"].values())
-        try:
-            manifest_size = (self.path / MANIFEST_NAME).stat().st_size
-        except OSError:
-            manifest_size = 0
-        return listed + manifest_size
-
-    @property
-    def created(self) -> str:
-        """When the entry was built (UTC, ISO 8601), useful to spot stale exports."""
-        return str(self.manifest["created"])
 
 
 @dataclass(frozen=True)
@@ -180,130 +140,10 @@ class CacheResult:
     seconds: float
 
 
-class _CorruptEntry(Exception):
-    """Internal: an entry folder exists but must not be served; the message says why."""
-
-
 # --------------------------------------------------------------------------- hashing
 
 
-def sha256_file(path: Path) -> str:
-    """Stream the file so multi-GB models are never read into memory at once."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 # --------------------------------------------------------------------------- verification
-
-
-def _read_manifest(folder: Path) -> dict[str, Any]:
-    manifest_path = folder / MANIFEST_NAME
-    try:
-        raw = manifest_path.read_bytes()
-    except FileNotFoundError:
-        raise _CorruptEntry("manifest.json is missing") from None
-    except OSError as err:
-        raise _CorruptEntry(f"manifest.json cannot be read ({err})") from None
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise _CorruptEntry(f"manifest.json is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict):
-        raise _CorruptEntry("manifest.json is not a JSON object")
-    return manifest
-
-
-def _check_manifest_fields(
-    manifest: Mapping[str, Any], key: str, required: Iterable[str]
-) -> Mapping[str, Any]:
-    """Check the manifest's shape; returns its ``files`` table."""
-    version = manifest.get("format_version")
-    if version != MANIFEST_FORMAT_VERSION:
-        raise _CorruptEntry(f"manifest format version {version!r} is not supported")
-    if manifest.get("key") != key:
-        raise _CorruptEntry(f"manifest key {manifest.get('key')!r} differs from the folder name")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        raise _CorruptEntry("manifest lists no files")
-    for name, info in files.items():
-        try:
-            _safe_relative(name)
-        except ValueError as err:
-            raise _CorruptEntry(f"manifest lists an {err}") from None
-        if (
-            not isinstance(info, dict)
-            or not isinstance(info.get("size"), int)
-            or not isinstance(info.get("sha256"), str)
-        ):
-            raise _CorruptEntry(f"manifest record of {name!r} is malformed")
-    missing = sorted(set(required) - set(files))
-    if missing:
-        raise _CorruptEntry(f"manifest does not list {', '.join(missing)}, which it needs")
-    return files
-
-
-def _check_nothing_unlisted(folder: Path, files: Mapping[str, Any]) -> None:
-    """Every path in the entry is the manifest, a listed file or a folder of one: a runtime
-    reads files it finds beside the model (external data, weights files), so an
-    unlisted one would be served unverified."""
-    allowed = {MANIFEST_NAME, *files}
-    for name in files:
-        parents = PurePosixPath(name).parents
-        allowed.update(parent.as_posix() for parent in parents if parent.as_posix() != ".")
-    for dirpath, dirnames, filenames in os.walk(folder):
-        base = Path(dirpath)
-        for entry_name in (*dirnames, *filenames):
-            relative = (base / entry_name).relative_to(folder).as_posix()
-            if relative not in allowed:
-                raise _CorruptEntry(f"{relative} is in the entry but not in its manifest")
-
-
-def _check_sizes(folder: Path, files: Mapping[str, Any]) -> None:
-    """Cheap pass first, so a truncated multi-GB file is caught before any hashing."""
-    for name, info in files.items():
-        path = folder.joinpath(*PurePosixPath(name).parts)
-        try:
-            st = path.lstat()
-        except FileNotFoundError:
-            raise _CorruptEntry(f"{name} is missing") from None
-        except OSError as err:
-            raise _CorruptEntry(f"{name} cannot be read ({err})") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise _CorruptEntry(f"{name} is not a regular file")
-        if st.st_size != info["size"]:
-            raise _CorruptEntry(
-                f"{name} has {st.st_size} bytes, the manifest records {info['size']}"
-            )
-
-
-def _check_hashes(folder: Path, files: Mapping[str, Any]) -> None:
-    for name, info in files.items():
-        path = folder.joinpath(*PurePosixPath(name).parts)
-        try:
-            actual = sha256_file(path)
-        except OSError as err:
-            raise _CorruptEntry(f"{name} cannot be read ({err})") from None
-        if actual != info["sha256"]:
-            raise _CorruptEntry(f"{name} does not match its recorded sha256")
-
-
-def _verify(folder: Path, key: str, required: Iterable[str] = ()) -> CacheEntry:
-    """Return the entry in ``folder`` or raise :class:`_CorruptEntry` saying what is wrong."""
-    if not is_real_dir(folder):
-        raise _CorruptEntry("entry is not a folder")
-    manifest = _read_manifest(folder)
-    files = _check_manifest_fields(manifest, key, required)
-    _check_nothing_unlisted(folder, files)
-    _check_sizes(folder, files)
-    _check_hashes(folder, files)
-    return CacheEntry(key=key, path=folder, manifest=manifest)
 
 
 def _is_own_entry(folder: Path, key: str) -> bool:
@@ -314,39 +154,12 @@ def _is_own_entry(folder: Path, key: str) -> bool:
     if not is_real_dir(folder):
         return False
     try:
-        return _read_manifest(folder).get("key") == key
-    except _CorruptEntry:
+        return read_manifest(folder).get("key") == key
+    except CorruptEntry:
         return False
 
 
 # --------------------------------------------------------------------------- building
-
-
-def _collect_files(folder: Path) -> Iterator[tuple[str, Path]]:
-    """Every file the builder wrote, as (manifest name, path), in a stable order."""
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        base = Path(dirpath)
-        for entry_name in [*dirnames, *filenames]:
-            if (base / entry_name).is_symlink():
-                # A link could make a verified entry read data from outside the cache.
-                raise CacheError(f"the model builder created a symbolic link {base / entry_name}")
-        for filename in sorted(filenames):
-            path = base / filename
-            yield path.relative_to(folder).as_posix(), path
-
-
-def _describe_files(folder: Path) -> dict[str, dict[str, Any]]:
-    files: dict[str, dict[str, Any]] = {}
-    for name, path in _collect_files(folder):
-        if name == MANIFEST_NAME:
-            raise CacheError(
-                f"the model builder wrote a file named {MANIFEST_NAME}, which is reserved"
-            )
-        files[name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    if set(files) <= {OWNER_MARK}:
-        raise CacheError(f"the model builder wrote no files into {folder}")
-    return files
 
 
 def _key_of_temp(name: str) -> str | None:
@@ -409,8 +222,8 @@ class ModelCache:
         if not os.path.lexists(folder):
             return None
         try:
-            return _verify(folder, key, required)
-        except _CorruptEntry:
+            return verify_entry(folder, key, required)
+        except CorruptEntry:
             pass
         try:
             with self._lock(key):
@@ -484,8 +297,8 @@ class ModelCache:
         found: list[CacheEntry] = []
         for key in self._entry_keys():
             try:
-                found.append(_verify(self.root / key, key))
-            except _CorruptEntry:
+                found.append(verify_entry(self.root / key, key))
+            except CorruptEntry:
                 continue
         return found
 
@@ -633,8 +446,8 @@ class ModelCache:
         if not os.path.lexists(folder):
             return None
         try:
-            return _verify(folder, key, required)
-        except _CorruptEntry as why:
+            return verify_entry(folder, key, required)
+        except CorruptEntry as why:
             if evict:
                 if not self._remove_entry_locked(key) and os.path.lexists(folder):
                     logger.warning(
@@ -708,8 +521,8 @@ class ModelCache:
             "format_version": MANIFEST_FORMAT_VERSION,
             "key": key,
             "key_inputs": inputs_json,
-            "files": _describe_files(folder),
-            "created": _utc_now_iso(),
+            "files": describe_files(folder),
+            "created": utc_now_iso(),
             "spacy_accelerate_version": __version__,
         }
         if built:  # what the builder chose (an int8 quantization plan, say)
