@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 import spacy_accelerate
 from spacy_accelerate.cli.app import app
+from spacy_accelerate.provision.bundle import BUNDLE_DIR, BUNDLE_FILE
 
 runner = CliRunner()
 
@@ -79,7 +80,13 @@ def test_optimize_builds_the_cache_then_hits_it(bert_path: Path, cache_dir: Path
     assert second.exit_code == 0, second.output
     assert re.search(r"transformer: served by cpu fp32, cache hit, key [0-9a-f]{12}", second.output)
     assert len(spacy_accelerate.list_cached(cache_dir)) == 1
+    assert (saved / BUNDLE_DIR / BUNDLE_FILE).is_file()  # --output bundles by default
     assert spacy_accelerate.is_optimized(spacy.load(saved))
+    plain = tmp_path / "plain"
+    args = ["--provider", "cpu", "--cache-dir", str(cache_dir), "--output", str(plain)]
+    third = invoke("optimize", str(bert_path), *args, "--no-bundle")
+    assert third.exit_code == 0, third.output
+    assert (plain / "config.cfg").is_file() and not (plain / BUNDLE_DIR).exists()
 
 
 def test_optimize_falls_back_only_when_asked(

@@ -51,12 +51,12 @@ def test_saved_pipeline_loads_accelerated_from_the_cache(
     monkeypatch: pytest.MonkeyPatch,
 ):
     reference = run(roberta, texts, 8)
-    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir, bundle=False)
     roberta.to_disk(tmp_path / "saved")
 
     saved_config = (tmp_path / "saved" / "config.cfg").read_text()
     assert f'@callbacks = "{CALLBACK_NAME}"' in saved_config
-    # Only options go to disk: no ONNX file, no session, no pickle.
+    # bundle=False: only options go to disk: no ONNX file, no session, no pickle.
     written = [p.name for p in (tmp_path / "saved").rglob("*") if p.is_file()]
     assert not [name for name in written if name.endswith((".onnx", ".pkl", ".pickle"))]
 

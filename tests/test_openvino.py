@@ -6,6 +6,7 @@ import hashlib
 import logging
 import pickle
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.pipeline import calibration
 from spacy_accelerate.provision import exports as shared_export
 from spacy_accelerate.provision import get_or_export as exported
+from spacy_accelerate.provision.bundle import BUNDLE_DIR
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.plan_search import SEARCH_RULE, Built, Int8Search, Judged
 from spacy_accelerate.verify.verification import Verification
@@ -756,7 +758,7 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
             assert secret.encode() not in path.read_bytes(), path
     saved = spacy.load(tmp_path / "saved")
     reloaded = spacy_accelerate.accelerated_components(saved)["transformer"].exported
-    assert reloaded.key == mine.key and reloaded.cache_hit
+    assert reloaded.key == mine.key and reloaded.origin is exported.Origin.BUNDLED
     # A pickle carries no texts either.
     assert secret.encode() not in pickle.dumps(nlp)
     spacy_accelerate.optimize(nlp, "openvino", "int8", **options)
@@ -770,9 +772,13 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
         calibration.texts_digest(private),
         calibration.texts_digest(calibration.builtin_texts()),
     }
-    # Where the entry is gone, the texts cannot be had again: the error says how to give
-    # them, and the pipeline is left plain (not half accelerated).
+    # Where the entry is gone, the bundle saved with the pipeline still serves it ...
     spacy_accelerate.clear_cache(cache_dir)
+    bundled = spacy_accelerate.accelerated_components(spacy.load(tmp_path / "saved"))
+    assert bundled["transformer"].exported.key == mine.key
+    # ... and without the bundle the texts cannot be had again: the error says how to
+    # give them, and the pipeline is left plain (not half accelerated).
+    shutil.rmtree(tmp_path / "saved" / BUNDLE_DIR)
     with pytest.raises(InvalidOptionError, match="calibration_texts"):
         spacy.load(tmp_path / "saved")
 

@@ -9,6 +9,7 @@ process (once, guarded by a file created atomically) on another.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -315,3 +316,34 @@ def test_importing_the_library_does_not_import_ray():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_a_bundled_pipeline_is_served_from_its_bundle_in_every_actor(
+    local_ray: Any,
+    sentences: list[Any],
+    sample_path: Callable[[str], Path],
+    code_file: Path,
+    tmp_path: Path,
+):
+    cache = tmp_path / "model-cache"
+    nlp = spacy_accelerate.optimize(spacy.load(sample_path("roberta")), **OPTIONS, cache_dir=cache)
+    rows = _rows(sentences, 60)
+    expected = [[t.tag_ for t in doc] for doc in nlp.pipe([row["text"] for row in rows])]
+    nlp.to_disk(tmp_path / "bundled")
+    shutil.rmtree(cache)  # the cache the saved options name: gone, and never written again
+    before = len(_starts(code_file))
+    annotated = annotate(
+        local_ray.data.from_items(rows),
+        tmp_path / "bundled",
+        fields=("tags",),
+        batch_size=20,
+        concurrency=2,
+        code=code_file,
+    )
+    out = _by_id(annotated.take_all())
+
+    assert [out[row["id"]]["tags"] for row in rows] == expected
+    starts = _starts(code_file)[before:]
+    assert len(starts) == 2 and all(", bundled," in line for line in starts), starts
+    assert not cache.exists()  # no export, no cache entry, no lock file

@@ -216,7 +216,7 @@ def test_a_saved_pipeline_finds_its_cache_where_it_loads(
 ):
     reference = run(roberta, texts, 8)
     here = tmp_path / "alice" / "cache"
-    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=here)
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=here, bundle=False)
     roberta.to_disk(tmp_path / "saved")
     saved = (tmp_path / "saved" / "config.cfg").read_text()
     assert f'saved_cache_dir = "{here}"' in saved
@@ -528,7 +528,9 @@ def test_a_saved_pipeline_told_not_to_export_at_load_runs_on_pytorch(
     caplog: pytest.LogCaptureFixture,
 ):
     reference = run(roberta, texts, 8)
-    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=cache_dir, missing_cache="pytorch")
+    spacy_accelerate.optimize(
+        roberta, "cpu", "fp32", cache_dir=cache_dir, missing_cache="pytorch", bundle=False
+    )
     roberta.to_disk(tmp_path / "saved")
     assert 'missing_cache = "pytorch"' in (tmp_path / "saved" / "config.cfg").read_text()
     assert spacy_accelerate.is_optimized(spacy.load(tmp_path / "saved"))  # cached: a hit
@@ -549,7 +551,7 @@ def test_a_pipeline_saved_without_cache_dir_keeps_following_the_environment(
     roberta: Language, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(tmp_path / "a"))
-    spacy_accelerate.optimize(roberta, "cpu", "fp32")
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", bundle=False)
     roberta.to_disk(tmp_path / "first")
     loaded = spacy.load(tmp_path / "first")
     assert loaded.config["nlp"]["after_pipeline_creation"]["saved_cache_dir"] is None

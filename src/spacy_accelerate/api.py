@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from spacy.language import Language
@@ -58,6 +59,14 @@ from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
+from spacy_accelerate.provision.bundle import (
+    BUNDLE_DIR,
+    Bundle,
+    Unservable,
+    read_bundle,
+    serve_bundled,
+    write_bundle,
+)
 from spacy_accelerate.provision.exports import SharedExport
 from spacy_accelerate.provision.get_or_export import ExportedModel, get_or_export
 from spacy_accelerate.provision.references import References
@@ -97,6 +106,7 @@ def optimize(
     min_agreement: float | Mapping[str, float] | None = None,
     lock_timeout: float | None = None,
     missing_cache: str | MissingCache = "rebuild",
+    bundle: bool = True,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -131,6 +141,10 @@ def optimize(
     building the same model. ``missing_cache`` says what the pipeline does when it is
     saved or pickled and loaded where its cache entry is missing: ``"rebuild"`` exports it
     again, ``"pytorch"`` runs on PyTorch with a warning (this call always builds).
+    ``bundle`` (default True): ``nlp.to_disk`` saves the verified models beside the
+    pipeline, so that ``spacy.load`` serves them on any machine that can run them, with no
+    export or search (see :mod:`spacy_accelerate.provision.bundle`); False saves only the
+    options, and every machine builds from the pipeline's weights or its cache.
 
     An option that no plan of the request would read raises
     :class:`~spacy_accelerate.errors.InvalidOptionError` naming it, the provider and
@@ -304,7 +318,7 @@ def _remember(nlp: Language, request: OptimizeRequest) -> None:
     its config for ``to_disk``, and re-applied when new weights are loaded."""
     install_training_guards(nlp)
     record(nlp, request)
-    install_load_hooks(nlp, request, reapply)
+    install_load_hooks(nlp, request, reapply, save_bundle)
 
 
 def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
@@ -323,14 +337,18 @@ def is_optimized(nlp: Language) -> bool:
     return bool(locations) and all(is_patched(location) for location in locations)
 
 
-def reapply(nlp: Language, request: OptimizeRequest) -> None:
-    """Accelerate a loaded pipeline as recorded (the load hooks' step). Where
-    ``missing_cache="pytorch"`` and its model is not cached here, it is left on PyTorch
-    as :func:`restore` leaves it."""
+def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None) -> None:
+    """Accelerate a loaded pipeline as recorded (the load hooks' step): from the bundle
+    saved in ``folder`` (the folder it was loaded from) where there is one that can be
+    served here, else as :func:`optimize` would. Where ``missing_cache="pytorch"`` and its
+    model is not cached here, it is left on PyTorch as :func:`restore` leaves it."""
     try:
         # Recorded as loaded, not as resolved here: a pipeline saved without cache_dir keeps
         # following the environment where it is loaded next.
         config = request.to_config(saved_cache_dir(request.cache_dir, request.saved_cache_dir))
+        if folder is not None and _served_from_bundle(nlp, request, config, folder):
+            _remember(nlp, request)
+            return
         apply_config(nlp, config, threads=request.threads, reloading=True, request=request)
     except CacheMissError as missing:
         restore(nlp)
@@ -339,6 +357,85 @@ def reapply(nlp: Language, request: OptimizeRequest) -> None:
             "spacy_accelerate.optimize(nlp) to accelerate it.",
             missing,
         )
+
+
+def _served_from_bundle(
+    nlp: Language, request: OptimizeRequest, config: OptimizeConfig, folder: Path
+) -> bool:
+    """Serve every transformer of ``nlp`` from the bundle saved in ``folder``, all or
+    nothing; False where there is none, where ``request`` asks for other models than it
+    holds, or (one line logged, saying why and what happens instead) where it cannot be
+    served here. A tampered bundle raises BundleError."""
+    bundle = read_bundle(folder)
+    if bundle is None:
+        return False
+    changed = bundle.differences(request.model_options())
+    if changed:
+        logger.info(
+            "spacy-accelerate: loaded with other options than it was saved with (%s), so "
+            "the models saved with it (%s) are not used.",
+            ", ".join(changed),
+            folder / BUNDLE_DIR,
+        )
+        return False
+    try:
+        served = [
+            _serve_bundled(bundle, component, config)
+            for component in find_transformer_components(nlp)
+        ]
+    except Unservable as why:
+        unpatch_all(nlp)
+        _log_unservable(folder, why, config.missing_cache)
+        return False
+    for name, exported in served:
+        _log_served(name, exported)
+    return True
+
+
+def _log_unservable(folder: Path, why: Unservable, missing_cache: MissingCache) -> None:
+    instead = (
+        "it runs on PyTorch unless its model is in the cache here (missing_cache='pytorch')"
+        if missing_cache is MissingCache.PYTORCH
+        else "it is accelerated from its own weights instead (missing_cache='rebuild')"
+    )
+    logger.warning(
+        "spacy-accelerate: the accelerated models saved with this pipeline (%s) cannot "
+        "be served here: %s; %s.",
+        folder / BUNDLE_DIR,
+        why,
+        instead,
+    )
+
+
+def _serve_bundled(
+    bundle: Bundle, component: Any, config: OptimizeConfig
+) -> tuple[str, ExportedModel]:
+    """One transformer served from ``bundle`` (patched, warmed up)."""
+    location = find_shim(component)
+    detected = detect_architecture(location.pytorch_module)
+    guard(location)
+    spans = find_span_settings(component)
+    buckets = BucketPlan.for_pipeline(config.gpu, detected.spec, spans.window, spans.batch_size)
+    module = location.pytorch_module
+    session, exported = serve_bundled(bundle, location.component, module, detected, config, buckets)
+    proxy = make_proxy(module, session, detected.spec, exported)
+    patch(location, proxy)
+    if config.warmup:
+        warm_up(proxy, spans, reads_all_layers(location))
+    return location.component, exported
+
+
+def save_bundle(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
+    """Save the models that serve ``nlp`` into the folder it was just saved to, with the
+    options of ``request`` that chose them (see :mod:`spacy_accelerate.provision.bundle`)
+    and ``auto``'s choice."""
+    served = {name: proxy.exported for name, proxy in accelerated_components(nlp).items()}
+    if not served:
+        return
+    first = next(iter(served.values()))
+    auto = request.precision == Precision.AUTO.value
+    chosen = f"{first.provider} {first.precision}" if auto else None
+    write_bundle(folder, served, request.model_options(), chosen)
 
 
 @registry.callbacks(CALLBACK_NAME)
@@ -357,6 +454,7 @@ def make_optimize_callback(
     min_agreement: float | dict[str, float] | None = None,
     lock_timeout: float | None = None,
     missing_cache: str = MissingCache.REBUILD.value,
+    bundle: bool = True,
     cache_dir: str | None = None,
     saved_cache_dir: str | None = None,
     calibration_texts: list[str] | None = None,
@@ -375,7 +473,9 @@ def make_optimize_callback(
     texts = calibration_texts
     recorded["calibration_texts"] = list(texts) if texts is not None else None
     request = OptimizeRequest(**recorded)
-    return AfterCreation(request=request, enabled=enabled, previous=previous, reapply=reapply)
+    return AfterCreation(
+        request=request, enabled=enabled, previous=previous, reapply=reapply, bundler=save_bundle
+    )
 
 
 @registry.callbacks(CALLBACK_NAME_V1)

@@ -100,3 +100,8 @@ class OutpacedError(NoFasterPlanError):
 
 class InvalidInputError(SpacyAccelerateError, ValueError):
     """The pipeline handed the transformer something the model cannot take."""
+
+
+class BundleError(SpacyAccelerateError, ValueError):
+    """A saved pipeline's bundle of accelerated models was changed after it was saved (a
+    file altered, truncated, added or removed, a name or a link that leads out of it)."""

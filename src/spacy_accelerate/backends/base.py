@@ -170,10 +170,16 @@ class Backend(ABC):
         config: OptimizeConfig,
         spec: EncoderSpec,
         buckets: BucketPlan,
-        cache: ModelCache,
+        cache: ModelCache | None,
         key: str,
     ) -> SessionLayout:
-        """Where a session over entry ``key`` keeps its derived artefacts."""
+        """Where a session over entry ``key`` keeps its derived artefacts (none without a
+        ``cache``: a model served from a saved pipeline's bundle writes nothing)."""
+
+    @abstractmethod
+    def runtime_version(self) -> str | None:
+        """The release of the runtime installed here (None: not installed): a saved
+        pipeline's bundle written by a later release is not read by an earlier one."""
 
     @abstractmethod
     def open_session(

@@ -198,7 +198,11 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
 
 
 def session_layout(
-    config: OptimizeConfig, spec: EncoderSpec, buckets: BucketPlan, cache: ModelCache, key: str
+    config: OptimizeConfig,
+    spec: EncoderSpec,
+    buckets: BucketPlan,
+    cache: ModelCache | None,
+    key: str,
 ) -> SessionLayout:
     """The layout of the session over entry ``key`` for ``config``'s provider."""
     return backend_for(config.provider).layout(config, spec, buckets, cache, key)

@@ -348,6 +348,13 @@ def optimize(
             help="What --output's pipeline does where its model is not cached: rebuild or pytorch."
         ),
     ] = "rebuild",
+    bundle: Annotated[
+        bool,
+        typer.Option(
+            help="Save the verified models with --output's pipeline (--no-bundle: only the "
+            "options, and each machine builds from the weights or its cache)."
+        ),
+    ] = True,
     code: Code = None,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -373,6 +380,7 @@ def optimize(
             min_agreement=_bounds(min_agreement),
             lock_timeout=lock_timeout,
             missing_cache=missing_cache,
+            bundle=bundle,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
             exported, parity = proxy.exported, proxy.exported.parity

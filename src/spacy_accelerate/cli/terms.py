@@ -28,10 +28,11 @@ FLAGS: dict[str, str] = {
     "min_agreement": "--min-agreement",
     "lock_timeout": "--lock-timeout",
     "missing_cache": "--missing-cache",
+    "bundle": "--bundle",
 }
 
 #: Options that are on/off switches: ``fallback=False`` is ``--no-fallback``.
-SWITCHES = frozenset({"warmup", "verify", "fallback"})
+SWITCHES = frozenset({"warmup", "verify", "fallback", "bundle"})
 
 #: What the command line takes in place of a Python value, for options given otherwise.
 PLACEHOLDERS: dict[str, str] = {

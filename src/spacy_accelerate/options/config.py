@@ -178,6 +178,8 @@ class OptimizeConfig:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     #: What a saved or pickled pipeline does where its cache entry is missing.
     missing_cache: MissingCache = MissingCache.REBUILD
+    #: Whether ``nlp.to_disk`` saves the served models with the pipeline (its bundle).
+    bundle: bool = True
 
     @property
     def calibrated(self) -> bool:

@@ -15,7 +15,7 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,25 +45,33 @@ from spacy_accelerate.options.gpu import GpuOptions, parse_gpu_options
 logger = logging.getLogger("spacy_accelerate")
 
 
+#: The metadata of an option that says where and how a pipeline runs, not which model
+#: serves it: a pipeline loaded with other values of these still serves its saved models.
+LOAD_TIME = {"load_time": True}
+
+
 @dataclass(frozen=True)
 class OptimizeOptions:
     """``optimize()``'s options as a user gives them (see ``optimize()`` for each)."""
 
     provider: str | Provider = "auto"
     precision: str | Precision = "fp32"
-    cache_dir: str | os.PathLike[str] | None = None
-    warmup: bool = True
+    cache_dir: str | os.PathLike[str] | None = field(default=None, metadata=LOAD_TIME)
+    warmup: bool = field(default=True, metadata=LOAD_TIME)
     verify: bool = True
     tolerance: float | None = None
     min_cosine: float | None = None
-    threads: int | None = None
+    threads: int | None = field(default=None, metadata=LOAD_TIME)
     device_id: int | None = None
     fallback: bool = False
     gpu: GpuOptions | Mapping[str, Any] | None = None
     calibration_texts: Sequence[str] | None = None
     min_agreement: float | Mapping[str, float] | None = None
-    lock_timeout: float | None = None
-    missing_cache: str | MissingCache = MissingCache.REBUILD.value
+    lock_timeout: float | None = field(default=None, metadata=LOAD_TIME)
+    missing_cache: str | MissingCache = field(
+        default=MissingCache.REBUILD.value, metadata=LOAD_TIME
+    )
+    bundle: bool = field(default=True, metadata=LOAD_TIME)
 
 
 def build_config(
@@ -137,6 +145,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
         calibration_count=len(texts) if texts is not None else None,
         lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
         missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
+        bundle=bool(options.bundle),
     )
 
 
@@ -206,7 +215,7 @@ class OptimizeRequest(OptimizeOptions):
 
     #: The cache folder ``optimize()`` was given (absolute), used where it loads only if
     #: it still works there; None: the environment variable or the default, as then.
-    saved_cache_dir: str | None = None
+    saved_cache_dir: str | None = field(default=None, metadata=LOAD_TIME)
     #: What is saved of the calibration texts ``optimize()`` was given.
     calibration_sha256: str | None = None
     calibration_count: int | None = None
@@ -229,6 +238,7 @@ class OptimizeRequest(OptimizeOptions):
             min_agreement=config.min_agreement.as_option(),
             lock_timeout=config.lock_timeout,
             missing_cache=config.missing_cache.value,
+            bundle=config.bundle,
             saved_cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
             # Kept in memory for the load hooks (new weights need calibrating again);
             # never written: see saved() and __getstate__.
@@ -255,6 +265,17 @@ class OptimizeRequest(OptimizeOptions):
                 calibration_count=self.calibration_count,
             )
         return config
+
+    def model_options(self) -> dict[str, Any]:
+        """The saved options that decide which model serves (not the :data:`LOAD_TIME`
+        ones): the models saved with a pipeline serve it where it loads with the same."""
+        chosen = {f.name: f for f in fields(self) if not f.metadata.get("load_time")}
+        values = {name: value for name, value in self.saved().items() if name in chosen}
+        if self.calibration_texts is not None:  # texts given where it loads: their digest
+            values["calibration_sha256"] = texts_digest(self.calibration_texts)
+            values["calibration_count"] = len(self.calibration_texts)
+        del values["calibration_texts"]
+        return values
 
     def saved(self) -> dict[str, Any]:
         """The options as written into ``config.cfg``: the load-time overrides empty."""

@@ -6,9 +6,11 @@ in spaCy's registry by :mod:`spacy_accelerate.api` and found through an entry po
 any callback that was there before as ``previous``. spaCy calls it right after
 building the components, before their weights are loaded, so the callback
 only arms a hook on ``from_disk``/``from_bytes``: once the weights are in, the
-hook runs ``optimize()`` with the recorded options, which finds its model in
-the cache. Nothing but options is ever written to disk: no sessions, no
-pickles, and of calibration texts only their sha256 and count.
+hook serves the models saved with the pipeline (its bundle, written by ``to_disk``
+unless ``optimize(bundle=False)``: :mod:`spacy_accelerate.provision.bundle`) or runs
+``optimize()`` with the recorded options, which finds its model in the cache. Besides
+the bundle's verified model files and JSON, nothing is written: no sessions, no pickles,
+and of calibration texts only their sha256 and count.
 
 The saved pipeline is portable: the cache folder is resolved where it loads
 (:mod:`~spacy_accelerate.cache.location`: an override given at load, then
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spacy.language import Language
@@ -35,6 +38,7 @@ from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.training_guard import remove_training_guards
+from spacy_accelerate.provision.bundle import remove_bundle
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -43,10 +47,15 @@ CALLBACK_NAME = "spacy_accelerate.optimize.v2"
 CALLBACK_NAME_V1 = "spacy_accelerate.optimize.v1"
 CALLBACK_KEY = "after_pipeline_creation"
 LOAD_METHODS = ("from_disk", "from_bytes")
+SAVE_METHOD = "to_disk"
 
-#: Accelerates a loaded pipeline as recorded (``spacy_accelerate.api``'s; given to the
-#: hooks rather than imported, since the API is built on this module).
-Reapply = Callable[[Language, OptimizeRequest], None]
+#: Accelerates a loaded pipeline as recorded, from the folder it was loaded from (None:
+#: from bytes) (``spacy_accelerate.api``'s; given to the hooks rather than imported,
+#: since the API is built on this module).
+Reapply = Callable[[Language, OptimizeRequest, Path | None], None]
+#: Saves the served models of a pipeline, with the request that chose them, into the
+#: folder it was just saved to.
+Bundler = Callable[[Language, OptimizeRequest, Path], None]
 
 
 def unpatch_all(nlp: Language) -> None:
@@ -90,8 +99,9 @@ class ReoptimizeAfterLoading:
         except BaseException:
             self._settle()
             raise
+        folder = Path(args[0]) if self.method == "from_disk" and args else None
         try:
-            self.reapply(self.nlp, self.request)
+            self.reapply(self.nlp, self.request, folder)
         except BaseException:
             restore(self.nlp)
             raise
@@ -100,7 +110,7 @@ class ReoptimizeAfterLoading:
     def _settle(self) -> None:
         """After a failed load: accelerated again as recorded, or plain."""
         try:
-            self.reapply(self.nlp, self.request)
+            self.reapply(self.nlp, self.request, None)
         except Exception as error:
             restore(self.nlp)
             logger.warning(
@@ -111,14 +121,36 @@ class ReoptimizeAfterLoading:
             )
 
 
-def install_load_hooks(nlp: Language, request: OptimizeRequest, reapply: Reapply) -> None:
+@dataclass(frozen=True)
+class SaveWithBundle:
+    """Stands in for ``nlp.to_disk`` on an accelerated pipeline: spaCy's files, then the
+    served models beside them (or, with ``bundle=False``, no bundle: one left there by an
+    earlier save would serve models this pipeline no longer runs, so it goes)."""
+
+    nlp: Language
+    request: OptimizeRequest
+    bundler: Bundler
+
+    def __call__(self, path: str | Path, *args: Any, **kwargs: Any) -> None:
+        type(self.nlp).to_disk(self.nlp, path, *args, **kwargs)
+        folder = Path(path)
+        if self.request.bundle:
+            self.bundler(self.nlp, self.request, folder)
+        else:
+            remove_bundle(folder)
+
+
+def install_load_hooks(
+    nlp: Language, request: OptimizeRequest, reapply: Reapply, bundler: Bundler
+) -> None:
     for method in LOAD_METHODS:
         setattr(nlp, method, ReoptimizeAfterLoading(nlp, method, request, reapply))
+    setattr(nlp, SAVE_METHOD, SaveWithBundle(nlp, request, bundler))
 
 
 def remove_load_hooks(nlp: Language) -> None:
-    for method in LOAD_METHODS:
-        if isinstance(nlp.__dict__.get(method), ReoptimizeAfterLoading):
+    for method in (*LOAD_METHODS, SAVE_METHOD):
+        if isinstance(nlp.__dict__.get(method), ReoptimizeAfterLoading | SaveWithBundle):
             del nlp.__dict__[method]
 
 
@@ -156,10 +188,11 @@ class AfterCreation:
     enabled: bool
     previous: Callable[[Language], Language] | None
     reapply: Reapply
+    bundler: Bundler
 
     def __call__(self, nlp: Language) -> Language:
         if self.previous is not None:
             nlp = self.previous(nlp)
         if self.enabled:
-            install_load_hooks(nlp, self.request, self.reapply)
+            install_load_hooks(nlp, self.request, self.reapply, self.bundler)
         return nlp

@@ -458,14 +458,17 @@ def reopen(
         entry = cache.lookup(exported.key, required)
         if entry is None:
             continue
-        here = session_layout(config, detected.spec, layout.buckets, cache, entry.key)
+        # A bundled model (in a saved pipeline's folder) is read, never written to.
+        keeps = None if exported.origin is Origin.BUNDLED else cache
+        here = session_layout(config, detected.spec, layout.buckets, keeps, entry.key)
         try:
-            session = open_session(entry.file(_model_file(config)), provider, config, here, cache)
+            session = open_session(entry.file(_model_file(config)), provider, config, here, keeps)
         except Exception:
             if cache.lookup(exported.key, required) == entry:
                 raise
             continue  # removed meanwhile (another process cleared the cache)
-        record_use(entry)
+        if keeps is not None:
+            record_use(entry)
         return session, replace(exported, path=entry.path)
     if config.missing_cache is MissingCache.PYTORCH or config.calibrated:
         return None

@@ -13,7 +13,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.util import import_file
 
-from spacy_accelerate.api import accelerated_components, optimize
+from spacy_accelerate.api import accelerated_components, is_optimized, optimize
 from spacy_accelerate.ray.fields import ERROR_COLUMN, arrow_type, doc_values, empty_value
 
 if TYPE_CHECKING:
@@ -35,18 +35,24 @@ def _error(error: BaseException) -> str:
 
 
 class Annotator:
-    """One actor: the pipeline loaded and optimized once, then called on batches."""
+    """One actor: the pipeline loaded and optimized once, then called on batches.
+
+    ``optimize_options`` None: a pipeline that loads accelerated (saved optimized, served
+    from its bundle or its cache) is kept as it loaded, with no second build; any other
+    is optimized with ``default_options``."""
 
     def __init__(
         self,
         pipeline: str,
         text_column: str,
         fields: Sequence[str],
-        optimize_options: Mapping[str, Any],
+        optimize_options: Mapping[str, Any] | None,
         code: str | None = None,
+        default_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.nlp = load_pipeline(pipeline, code)
-        optimize(self.nlp, **optimize_options)
+        if optimize_options is not None or not is_optimized(self.nlp):
+            optimize(self.nlp, **(optimize_options or default_options or {}))
         for name, proxy in accelerated_components(self.nlp).items():
             logger.info("ray actor: %s served by %s", name, proxy.exported.summary)
         self.text_column = text_column

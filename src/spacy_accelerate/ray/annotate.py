@@ -58,8 +58,8 @@ def _pipeline_location(pipeline: str | os.PathLike[str]) -> str:
 
 
 def _actor_options(options: Mapping[str, Any] | None, num_cpus: float) -> dict[str, Any]:
-    """``optimize_options`` checked against :func:`optimize`'s keywords, with the threads
-    following the actor's CPUs and the cache folder made absolute."""
+    """``optimize_options`` (none: {}) checked against :func:`optimize`'s keywords, with
+    the threads following the actor's CPUs and the cache folder made absolute."""
     given = dict(options or {})
     accepted = set(inspect.signature(optimize).parameters) - {"nlp"}
     unknown = sorted(set(given) - accepted)
@@ -114,9 +114,12 @@ def annotate(
     ``num_gpus`` each) loads ``pipeline`` once (a folder or an installed package, after
     importing ``code``, the file that registers its custom components, as ``spacy
     --code`` does) and runs :func:`~spacy_accelerate.optimize` on it with
-    ``optimize_options`` (its ``threads`` default to ``num_cpus``). Actors on one node
-    share its model cache: the cache's lock lets one of them export, and the others load
-    what it stored. Batches of ``batch_size`` rows go through ``nlp.pipe``.
+    ``optimize_options`` (its ``threads`` default to ``num_cpus``). Without
+    ``optimize_options``, a pipeline saved accelerated is served as it loads: from the
+    models saved with it (its bundle), with no export and no cache lock, on the threads it
+    was saved with. Actors on one node share its model cache: the cache's lock lets one of
+    them export, and the others load what it stored. Batches of ``batch_size`` rows go
+    through ``nlp.pipe``.
 
     ``fields``, from :data:`FIELDS`: ``tags``, ``pos``, ``lemmas`` and ``deps`` (lists of
     strings, one a token), ``heads`` (each token's head, as a token index), ``entities``
@@ -162,8 +165,9 @@ def annotate(
                 "pipeline": location,
                 "text_column": text_column,
                 "fields": wanted,
-                "optimize_options": options,
+                "optimize_options": options if optimize_options is not None else None,
                 "code": code_path,
+                "default_options": options,
             },
             batch_size=batch_size,
             batch_format="pyarrow",

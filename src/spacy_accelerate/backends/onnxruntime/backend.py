@@ -111,6 +111,12 @@ class OnnxRuntimeBackend(Backend):
     def model_file(self, config: OptimizeConfig) -> str:
         return MODEL_FILE
 
+    def runtime_version(self) -> str | None:
+        try:
+            return str(importlib.import_module("onnxruntime").__version__)
+        except ImportError:
+            return None
+
     def key_options(self, config: OptimizeConfig) -> dict[str, Any]:
         if config.precision is not Precision.INT8:
             return {}
@@ -127,12 +133,13 @@ class OnnxRuntimeBackend(Backend):
         config: OptimizeConfig,
         spec: EncoderSpec,
         buckets: BucketPlan,
-        cache: ModelCache,
+        cache: ModelCache | None,
         key: str,
     ) -> SessionLayout:
         engine_dir = timing_dir = None
         trt = config.gpu.tensorrt
-        if config.provider is Provider.TENSORRT and (trt.engine_cache or trt.timing_cache):
+        wanted = trt.engine_cache or trt.timing_cache
+        if config.provider is Provider.TENSORRT and wanted and cache is not None:
             settings = engine_settings(config, spec.input_names, buckets)
             settings["tensorrt"] = tensorrt_version()
             digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()

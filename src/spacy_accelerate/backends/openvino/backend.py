@@ -29,11 +29,12 @@ from spacy_accelerate.backends.openvino.session import (
     check_precision,
     convert_to_ir,
     cpu_slug,
+    import_openvino,
     openvino_key,
 )
 from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
-from spacy_accelerate.errors import CacheError
+from spacy_accelerate.errors import CacheError, SpacyAccelerateError
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
@@ -63,6 +64,12 @@ class OpenVINOBackend(Backend):
     def present(self) -> set[Provider]:
         return {Provider.OPENVINO} if importlib.util.find_spec("openvino") is not None else set()
 
+    def runtime_version(self) -> str | None:
+        try:
+            return str(import_openvino().__version__)
+        except SpacyAccelerateError:  # not installed: it reads nothing here
+            return None
+
     def check(self, config: OptimizeConfig) -> None:
         check_precision(config.precision)  # bf16 needs the CPU's bf16 units: said before export
 
@@ -77,11 +84,13 @@ class OpenVINOBackend(Backend):
         config: OptimizeConfig,
         spec: EncoderSpec,
         buckets: BucketPlan,
-        cache: ModelCache,
+        cache: ModelCache | None,
         key: str,
     ) -> SessionLayout:
+        compiled_dir = None  # without a cache (a bundle), OpenVINO compiles on every start
         try:  # per key, so that evicting the entry takes its blobs along
-            compiled_dir = cache.derived_dir(OPENVINO_BLOBS, key, cpu_slug())
+            if cache is not None:
+                compiled_dir = cache.derived_dir(OPENVINO_BLOBS, key, cpu_slug())
         except CacheError:  # an unwritable cache: OpenVINO compiles on every start
             compiled_dir = None
         return OpenVINOLayout(

@@ -1,0 +1,372 @@
+"""A saved pipeline's bundle: the verified models it was served by, saved beside spaCy's
+files so that every machine that loads it serves them without exporting or searching.
+
+``nlp.to_disk(path)`` of an accelerated pipeline writes ``path/spacy_accelerate/``: a copy
+of each served cache entry (``<key>/``: the model files, ``parity.json``, a lossy plan's
+spot check, and its ``manifest.json`` with every file's SHA256 and the build's
+:class:`~spacy_accelerate.verify.record.BuildRecord`), and ``bundle.json``: which entry
+serves which transformer component, as which provider and precision (``auto``'s choice
+made), the runtime release that wrote it, and the size and SHA256 of every other file.
+
+A bundle is input from someone else. It is read only if every file in the folder is
+listed, a regular file (no link) of its listed size and SHA256, under a plain relative
+name (:func:`~spacy_accelerate.cache.manifest.check_listed_files`); only JSON and plain
+numpy arrays are read from it, and the runtimes read the model files. Anything else
+refuses it with a :class:`~spacy_accelerate.errors.BundleError` naming the file. A sound
+bundle whose model cannot run here (:class:`Unservable`: its provider or runtime release
+missing, a bf16 plan on a CPU without bf16, a spot check that fails) is not served; the
+pipeline then follows ``missing_cache``. Nothing is ever written into it when it loads,
+nor into the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spacy_accelerate._version import __version__
+from spacy_accelerate.architectures import DetectedEncoder
+from spacy_accelerate.backends.registry import (
+    backend_for,
+    check_provider,
+    open_session,
+    session_layout,
+)
+from spacy_accelerate.cache.manifest import (
+    MANIFEST_NAME,
+    CacheEntry,
+    CorruptEntry,
+    check_listed_files,
+    file_records,
+    sha256_file,
+    verify_entry,
+)
+from spacy_accelerate.cache.manifest import (
+    OWNER_MARK as MARK,
+)
+from spacy_accelerate.errors import (
+    AccuracyError,
+    BundleError,
+    ConversionError,
+    ProviderUnavailableError,
+)
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.provision.get_or_export import PARITY_FILE, ExportedModel, Origin
+from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.parity import check_parity
+from spacy_accelerate.verify.record import BuildRecord
+from spacy_accelerate.verify.spot_check import SPOT_CHECK_FILE, load_spot_check, spot_check_gate
+from spacy_accelerate.verify.verification import Verification
+
+#: The bundle's folder in a saved pipeline, and the file that lists it.
+BUNDLE_DIR = "spacy_accelerate"
+BUNDLE_FILE = "bundle.json"
+#: The layout of ``bundle.json`` this release writes and reads (later ones are refused).
+BUNDLE_FORMAT = 1
+
+
+class Unservable(Exception):
+    """A sound bundle whose model cannot be served here; the message says why."""
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """One transformer component's model in the bundle."""
+
+    key: str
+    provider: Provider
+    precision: Precision
+    #: The span window its checks ran with (the rows of its spot check).
+    window: int
+    #: The release of the runtime that wrote it (None where it was not installed).
+    runtime_version: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "provider": self.provider.value,
+            "precision": self.precision.value,
+            "window": self.window,
+            "runtime_version": self.runtime_version,
+        }
+
+    @classmethod
+    def from_dict(cls, recorded: Any) -> BundledModel:
+        try:
+            key = str(recorded["key"])
+            if not re.fullmatch(r"[0-9a-f]{64}", key):
+                raise ValueError(f"key {key!r} is not a SHA256")
+            version = recorded.get("runtime_version")
+            return cls(
+                key=key,
+                provider=Provider(recorded["provider"]),
+                precision=Precision(recorded["precision"]),
+                window=int(recorded["window"]),
+                runtime_version=str(version) if version is not None else None,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise CorruptEntry(f"{BUNDLE_FILE} describes a model it cannot ({error})") from None
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle: its folder, and the model of each transformer component."""
+
+    folder: Path
+    models: Mapping[str, BundledModel]
+    #: The options that chose these models
+    #: (:meth:`~spacy_accelerate.options.request.OptimizeRequest.model_options`): loaded
+    #: with others, the pipeline builds what it is asked for instead.
+    options: Mapping[str, Any]
+    #: ``precision="auto"``'s choice where the pipeline was optimized with it.
+    chosen: str | None = None
+
+    def differences(self, options: Mapping[str, Any]) -> list[str]:
+        """The options (of a loading pipeline) whose values differ from the saved ones,
+        each as ``name=value (saved: value)``."""
+        given = json.loads(json.dumps(options))  # as saved: lists, not tuples
+        return [
+            f"{name}={given.get(name)!r} (saved: {self.options.get(name)!r})"
+            for name in sorted(set(given) | set(self.options))
+            if given.get(name) != self.options.get(name)
+        ]
+
+    def entry(self, component: str) -> CacheEntry:
+        model = self.models[component]
+        return verify_entry(self.folder / model.key, model.key)
+
+
+def _refused(folder: Path, why: object) -> BundleError:
+    return BundleError(
+        f"The accelerated models saved with this pipeline ({folder}) were changed after "
+        f"they were saved: {why}. Save the pipeline again with nlp.to_disk() from a process "
+        f"that optimized it, or delete {folder} to load the pipeline from its own weights "
+        "(it is then accelerated again as its config records)."
+    )
+
+
+def read_bundle(pipeline_dir: Path) -> Bundle | None:
+    """The bundle saved in ``pipeline_dir``, verified; None where there is none. A
+    :class:`~spacy_accelerate.errors.BundleError` where it was tampered with, an
+    :class:`Unservable` where it was written in a layout this release does not read."""
+    folder = pipeline_dir / BUNDLE_DIR
+    if not os.path.lexists(folder):
+        return None
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            raise CorruptEntry(f"{BUNDLE_DIR} is not a folder")
+        recorded = json.loads((folder / BUNDLE_FILE).read_bytes().decode("utf-8"))
+        if not isinstance(recorded, dict):
+            raise CorruptEntry(f"{BUNDLE_FILE} is not a JSON object")
+        version = recorded.get("format_version")
+        if isinstance(version, int) and version > BUNDLE_FORMAT:
+            raise Unservable(
+                f"it was saved by spacy-accelerate {recorded.get('spacy_accelerate')} in "
+                f"bundle format {version}; this release reads format {BUNDLE_FORMAT}"
+            )
+        if version != BUNDLE_FORMAT:
+            raise CorruptEntry(f"{BUNDLE_FILE} has no known format_version ({version!r})")
+        check_listed_files(folder, file_records(recorded.get("files"), BUNDLE_FILE), BUNDLE_FILE)
+        models = recorded.get("models")
+        if not isinstance(models, dict) or not models:
+            raise CorruptEntry(f"{BUNDLE_FILE} lists no model")
+        options = recorded.get("options")
+        if not isinstance(options, dict):
+            raise CorruptEntry(f"{BUNDLE_FILE} does not say which options chose its models")
+        bundle = Bundle(
+            folder=folder,
+            models={str(name): BundledModel.from_dict(model) for name, model in models.items()},
+            options=options,
+            chosen=recorded.get("chosen") if isinstance(recorded.get("chosen"), str) else None,
+        )
+        for component in bundle.models:
+            bundle.entry(component)  # each entry's own manifest holds too
+    except FileNotFoundError as error:
+        raise _refused(folder, f"{Path(error.filename).name} is missing") from None
+    except (CorruptEntry, OSError, ValueError) as error:
+        raise _refused(folder, error) from None
+    return bundle
+
+
+def write_bundle(
+    pipeline_dir: Path,
+    served: Mapping[str, ExportedModel],
+    options: Mapping[str, Any],
+    chosen: str | None = None,
+) -> Path:
+    """Save each component's served entry (``served``, by component) into
+    ``pipeline_dir``'s bundle, with the ``options`` that chose them, replacing any bundle
+    there; return its folder. Written into a folder beside it, then renamed into place."""
+    folder = pipeline_dir / BUNDLE_DIR
+    staging = pipeline_dir / f".{BUNDLE_DIR}-{os.getpid()}-{time.monotonic_ns()}"
+    staging.mkdir()
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        for exported in {model.key: model for model in served.values()}.values():
+            files.update(_copy_entry(exported, staging))
+        models = {name: _bundled(exported).as_dict() for name, exported in served.items()}
+        listing = {
+            "format_version": BUNDLE_FORMAT,
+            "spacy_accelerate": __version__,
+            "models": models,
+            "options": dict(options),
+            "chosen": chosen,
+            "files": files,
+        }
+        (staging / BUNDLE_FILE).write_text(json.dumps(listing, indent=2, sort_keys=True))
+        remove_bundle(pipeline_dir)
+        os.rename(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
+
+
+def remove_bundle(pipeline_dir: Path) -> None:
+    """Remove the bundle of a pipeline saved in ``pipeline_dir``, if there is one."""
+    folder = pipeline_dir / BUNDLE_DIR
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder)
+
+
+def _copy_entry(exported: ExportedModel, staging: Path) -> dict[str, dict[str, Any]]:
+    """The served entry copied into ``staging/<key>/``, checked against its manifest
+    first (it may have been evicted or changed since it was served); the bundle's
+    records of what it copied."""
+    try:
+        entry = verify_entry(exported.path, exported.key)
+    except CorruptEntry as error:
+        raise BundleError(
+            f"The model served for key {exported.key[:12]} is no longer intact at "
+            f"{exported.path} ({error}), so it cannot be saved with the pipeline. Call "
+            "spacy_accelerate.optimize(nlp) again, then save; or save with bundle=False."
+        ) from None
+    target = staging / entry.key
+    # The cache's owner mark stays behind: a bundle belongs to no cache, and wheels
+    # leave out dot files.
+    files = {name: record for name, record in entry.manifest["files"].items() if name != MARK}
+    records: dict[str, dict[str, Any]] = {}
+    for name, listed in files.items():
+        copied = target / name
+        copied.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(entry.path / name, copied)
+        records[f"{entry.key}/{name}"] = {"size": copied.stat().st_size, **listed}
+    manifest = target / MANIFEST_NAME
+    manifest.write_text(json.dumps({**entry.manifest, "files": files}, indent=2, sort_keys=True))
+    records[f"{entry.key}/{MANIFEST_NAME}"] = {
+        "size": manifest.stat().st_size,
+        "sha256": sha256_file(manifest),
+    }
+    return records
+
+
+def _bundled(exported: ExportedModel) -> BundledModel:
+    if exported.provider is None or exported.precision is None or exported.verification is None:
+        raise ValueError(f"the served model {exported.key[:12]} does not say what serves it")
+    provider = Provider(exported.provider)
+    return BundledModel(
+        key=exported.key,
+        provider=provider,
+        precision=Precision(exported.precision),
+        window=exported.verification.window,
+        runtime_version=backend_for(provider).runtime_version(),
+    )
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    """A runtime release's (major, minor): ``2026.4.1-20000-abc`` -> (2026, 4)."""
+    numbers = re.findall(r"\d+", version or "")[:2]
+    return tuple(int(number) for number in numbers)
+
+
+def servable_config(model: BundledModel, config: OptimizeConfig) -> OptimizeConfig:
+    """``config`` serving ``model``'s provider and precision, where they can run here;
+    else :class:`Unservable` saying why (the provider, the CPU's bf16, the runtime)."""
+    attempt = replace(config, provider=model.provider, precision=model.precision)
+    try:
+        check_provider(attempt)
+    except ProviderUnavailableError as error:
+        raise Unservable(str(error)) from None
+    backend = backend_for(model.provider)
+    here = backend.runtime_version()
+    if _release(here) < _release(model.runtime_version):
+        raise Unservable(
+            f"its model was written by {backend.runtime_name(model.provider)} "
+            f"{model.runtime_version}, later than the {here} installed here"
+        )
+    return attempt
+
+
+def serve_bundled(
+    bundle: Bundle,
+    component: str,
+    module: torch.nn.Module,
+    detected: DetectedEncoder,
+    config: OptimizeConfig,
+    buckets: BucketPlan,
+) -> tuple[Session, ExportedModel]:
+    """A session over ``component``'s bundled model, its spot check passed against
+    ``module`` (PyTorch): a lossy plan on its stored calibration items, fp32 on random
+    and control ids. No export, no judging, nothing written. :class:`Unservable` where
+    it cannot run here or its spot check fails."""
+    start = time.perf_counter()
+    if component not in bundle.models:
+        raise Unservable(f"it holds no model for the component {component!r}")
+    model = bundle.models[component]
+    config = servable_config(model, config)
+    entry = bundle.entry(component)
+    resolved = check_provider(config)
+    layout = session_layout(config, detected.spec, buckets, None, model.key)
+    backend = backend_for(model.provider)
+    try:
+        session = open_session(
+            entry.file(backend.model_file(config)), resolved, config, layout, None
+        )
+        parity = check_parity(
+            module, detected, session, **_spot_check(entry, config, detected, model.window)
+        )
+    except (AccuracyError, ConversionError) as error:
+        raise Unservable(f"its spot check against PyTorch fails here: {error}") from None
+    except Exception as error:  # the runtime cannot open it here
+        raise Unservable(
+            f"{backend.runtime_name(model.provider)} cannot open it: {error}"
+        ) from None
+    exported = ExportedModel(
+        key=model.key,
+        path=entry.path,
+        origin=Origin.BUNDLED,
+        seconds=time.perf_counter() - start,
+        parity=parity,
+        record=BuildRecord.from_dict(entry.manifest.get("built")),
+        verification=Verification(window=model.window),
+        provider=model.provider.value,
+        precision=model.precision.value,
+    )
+    return session, exported
+
+
+def _spot_check(
+    entry: CacheEntry, config: OptimizeConfig, detected: DetectedEncoder, window: int
+) -> dict[str, Any]:
+    """The rows and gate of a bundled model's spot check, as a warm cache hit's."""
+    gate = config.gate()
+    if SPOT_CHECK_FILE in entry.manifest["files"]:
+        recorded = json.loads(entry.file(PARITY_FILE).read_text())
+        mean = recorded.get("spot_check_mean_cosine") if isinstance(recorded, dict) else None
+        return {
+            "gate": spot_check_gate(gate, mean if isinstance(mean, float) else None),
+            "batches": load_spot_check(entry.file(SPOT_CHECK_FILE)),
+        }
+    return {"gate": gate, "batches": Verification(window=window).batches(detected.spec)}
