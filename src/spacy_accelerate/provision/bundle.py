@@ -128,6 +128,8 @@ class Bundle:
     #: (:meth:`~spacy_accelerate.options.request.OptimizeRequest.model_options`): loaded
     #: with others, the pipeline builds what it is asked for instead.
     options: Mapping[str, Any]
+    #: Each component's entry, verified against its own manifest when the bundle was read.
+    entries: Mapping[str, CacheEntry]
     #: ``precision="auto"``'s choice where the pipeline was optimized with it.
     chosen: str | None = None
 
@@ -140,10 +142,6 @@ class Bundle:
             for name in sorted(set(given) | set(self.options))
             if given.get(name) != self.options.get(name)
         ]
-
-    def entry(self, component: str) -> CacheEntry:
-        model = self.models[component]
-        return verify_entry(self.folder / model.key, model.key)
 
 
 def _refused(folder: Path, why: object) -> BundleError:
@@ -183,14 +181,16 @@ def read_bundle(pipeline_dir: Path) -> Bundle | None:
         options = recorded.get("options")
         if not isinstance(options, dict):
             raise CorruptEntry(f"{BUNDLE_FILE} does not say which options chose its models")
+        bundled = {str(name): BundledModel.from_dict(model) for name, model in models.items()}
         bundle = Bundle(
             folder=folder,
-            models={str(name): BundledModel.from_dict(model) for name, model in models.items()},
+            models=bundled,
             options=options,
+            entries={  # each entry's own manifest holds too
+                name: verify_entry(folder / model.key, model.key) for name, model in bundled.items()
+            },
             chosen=recorded.get("chosen") if isinstance(recorded.get("chosen"), str) else None,
         )
-        for component in bundle.models:
-            bundle.entry(component)  # each entry's own manifest holds too
     except FileNotFoundError as error:
         raise _refused(folder, f"{Path(error.filename).name} is missing") from None
     except (CorruptEntry, OSError, ValueError) as error:
@@ -326,7 +326,7 @@ def serve_bundled(
         raise Unservable(f"it holds no model for the component {component!r}")
     model = bundle.models[component]
     config = servable_config(model, config)
-    entry = bundle.entry(component)
+    entry = bundle.entries[component]
     resolved = check_provider(config)
     layout = session_layout(config, detected.spec, buckets, None, model.key)
     backend = backend_for(model.provider)

@@ -165,7 +165,7 @@ def annotate(
                 "pipeline": location,
                 "text_column": text_column,
                 "fields": wanted,
-                "optimize_options": options if optimize_options is not None else None,
+                "optimize_options": None if optimize_options is None else options,
                 "code": code_path,
                 "default_options": options,
             },
