@@ -4,7 +4,8 @@ over UD-EWT test sentences and the tiny RoBERTa sample.
 The actors import a ``code`` file written here: it logs each actor's start (which process,
 and whether its model was a cache hit or an export) to a file the test reads back, and
 registers ``test_markers``, a component that raises on one marker text and kills its own
-process (once, guarded by a file created atomically) on another.
+process (once, guarded by a file created atomically) on another, and ``test_barrier``, which
+holds an actor's first document until every actor has started.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ CODE = '''
 """Loaded by each actor (annotate's ``code``): a start log and the marker component."""
 import logging
 import os
+import time
 from pathlib import Path
 
 from spacy.language import Language
@@ -79,6 +81,27 @@ def make_markers(nlp, name, guard):
         return doc
 
     return markers
+
+
+@Language.factory("test_barrier", default_config={"lines": 0})
+def make_barrier(nlp, name, lines):
+    """Holds each actor's first document until ``lines`` actor starts are logged (60 s at
+    most), so that every actor of the pool has loaded before any batch finishes."""
+    waited = []
+
+    def barrier(doc):
+        if not waited:
+            deadline = time.monotonic() + 60
+            while len(_lines()) < lines and time.monotonic() < deadline:
+                time.sleep(0.05)
+            waited.append(True)
+        return doc
+
+    return barrier
+
+
+def _lines():
+    return LOG.read_text().splitlines() if LOG.is_file() else []
 '''
 
 
@@ -330,9 +353,10 @@ def test_a_bundled_pipeline_is_served_from_its_bundle_in_every_actor(
     nlp = spacy_accelerate.optimize(spacy.load(sample_path("roberta")), **OPTIONS, cache_dir=cache)
     rows = _rows(sentences, 60)
     expected = [[t.tag_ for t in doc] for doc in nlp.pipe([row["text"] for row in rows])]
+    before = len(_starts(code_file))
+    nlp.add_pipe("test_barrier", config={"lines": before + 2})  # both actors load first
     nlp.to_disk(tmp_path / "bundled")
     shutil.rmtree(cache)  # the cache the saved options name: gone, and never written again
-    before = len(_starts(code_file))
     annotated = annotate(
         local_ray.data.from_items(rows),
         tmp_path / "bundled",

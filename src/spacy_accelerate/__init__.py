@@ -10,7 +10,7 @@ from spacy_accelerate._version import __version__
 
 if TYPE_CHECKING:
     from spacy_accelerate.api import accelerated_components, is_optimized, optimize, restore
-    from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.cache.root import default_cache_dir
     from spacy_accelerate.errors import (
         AccuracyError,
         AgreementError,
@@ -41,7 +41,7 @@ _SOURCES: dict[str, str] = {
         ("CachedModel", "cache_size", "clear_cache", "list_cached"),
         "spacy_accelerate.provision.listing",
     ),
-    "default_cache_dir": "spacy_accelerate.cache.store",
+    "default_cache_dir": "spacy_accelerate.cache.root",
     **dict.fromkeys(
         (
             "AccuracyError",

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from spacy_accelerate.cache.ownership import is_real_dir
-from spacy_accelerate.cache.store import CACHE_ENV_VAR, default_cache_dir, resolve_cache_dir
+from spacy_accelerate.cache.root import CACHE_ENV_VAR, default_cache_dir, resolve_cache_dir
 
 _KEY_LENGTH = 64
 

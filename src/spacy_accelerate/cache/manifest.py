@@ -20,7 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from spacy_accelerate.cache.ownership import MARK, is_real_dir
+from spacy_accelerate._version import __version__
+from spacy_accelerate.cache.ownership import MARK, is_marked, is_real_dir
+from spacy_accelerate.cache.root import unwritable
 from spacy_accelerate.errors import CacheError
 
 MANIFEST_NAME = "manifest.json"
@@ -202,6 +204,45 @@ def describe_files(folder: Path) -> dict[str, dict[str, Any]]:
     if set(files) <= {OWNER_MARK}:
         raise CacheError(f"the model builder wrote no files into {folder}")
     return files
+
+
+def write_manifest(
+    folder: Path, key: str, inputs_json: Any, built: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Describe every file of a finished build in ``folder/manifest.json`` (written last,
+    flushed to disk before the folder is renamed into place) and return the manifest."""
+    manifest: dict[str, Any] = {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "key": key,
+        "key_inputs": inputs_json,
+        "files": describe_files(folder),
+        "created": utc_now_iso(),
+        "spacy_accelerate_version": __version__,
+    }
+    if built:  # what the builder chose (an int8 quantization plan, say)
+        manifest["built"] = dict(built)
+    data = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
+    try:
+        with open(folder / MANIFEST_NAME, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as err:
+        raise unwritable(folder.parent, err) from err
+    return manifest
+
+
+def is_own_entry(folder: Path, key: str) -> bool:
+    """Whether the folder at an entry's place is the library's to remove: marked, or (entries
+    of releases before the mark) holding a manifest that names it."""
+    if is_marked(folder):
+        return True
+    if not is_real_dir(folder):
+        return False
+    try:
+        return read_manifest(folder).get("key") == key
+    except CorruptEntry:
+        return False
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,15 @@ Only what the library made is ever removed (:mod:`.ownership`): folders carry it
 (entries also their manifest), links are never followed, and anything else found in the
 cache folder (a user's notes, another tool's files) is left where it is.
 
-Leftover temporary folders (``.tmp-<key>-*``) come from builds that crashed. They are never served
-(their names are not keys) and are removed whenever this process can hold their key's lock,
-which proves no build is writing into them: on every cache miss (for all keys), on
-:meth:`ModelCache.evict` (for that key) and on :meth:`ModelCache.clear`.
+Leftover temporary folders (``.tmp-<key>-*``, :mod:`.staging`) come from builds that crashed.
+They are never served (their names are not keys) and are removed whenever this process can
+hold their key's lock, which proves no build is writing into them: on every cache miss (for
+all keys), on :meth:`ModelCache.evict` (for that key) and on :meth:`ModelCache.clear`.
+What backends derive from an entry lives beside it (:mod:`.derived`) and goes with it.
+
+This module holds the cache's operations; the manifest (:mod:`.manifest`), the build folders
+(:mod:`.staging`), the derived folders (:mod:`.derived`) and the root's rules (:mod:`.root`)
+are their own modules.
 """
 
 from __future__ import annotations
@@ -35,19 +40,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
-import secrets
-import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
-from spacy_accelerate._version import __version__
-from spacy_accelerate.cache.derived import DerivedFolders, registered
+from spacy_accelerate.cache.derived import DerivedFolders, DerivedStore
 from spacy_accelerate.cache.lock import KeyLock
 from spacy_accelerate.cache.manifest import (
     MANIFEST_FORMAT_VERSION,
@@ -55,21 +54,23 @@ from spacy_accelerate.cache.manifest import (
     OWNER_MARK,
     CacheEntry,
     CorruptEntry,
-    describe_files,
-    read_manifest,
+    is_own_entry,
     sha256_file,
-    utc_now_iso,
     verify_entry,
+    write_manifest,
 )
-from spacy_accelerate.cache.ownership import (
-    is_marked,
-    is_real_dir,
-    make_owned_dir,
-    real_subdirs,
-    remove_if_empty,
-    remove_tree,
-    write_mark,
+from spacy_accelerate.cache.ownership import remove_if_empty, remove_tree
+from spacy_accelerate.cache.root import (
+    CACHE_ENV_VAR,
+    KEY_PATTERN,
+    LOCK_DIR,
+    default_cache_dir,
+    lock_file,
+    resolve_cache_dir,
+    unwritable,
+    validate_key,
 )
+from spacy_accelerate.cache.staging import Staging
 from spacy_accelerate.errors import CacheError
 from spacy_accelerate.options.config import DEFAULT_LOCK_TIMEOUT
 
@@ -88,48 +89,6 @@ __all__ = [
 
 logger = logging.getLogger("spacy_accelerate")
 
-CACHE_ENV_VAR = "SPACY_ACCELERATE_CACHE"
-
-_APP_NAME = "spacy-accelerate"
-_KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
-_TMP_PREFIX = ".tmp-"
-_LOCK_DIR = ".locks"
-
-
-# --------------------------------------------------------------------------- locations
-
-
-def default_cache_dir() -> Path:
-    """The folder used when no ``cache_dir`` is given.
-
-    Read at call time, not import time, so the environment variable can be changed by a
-    launcher or a test after the package was imported.
-    """
-    from_env = os.environ.get(CACHE_ENV_VAR, "").strip()
-    if from_env:
-        return Path(from_env).expanduser().absolute()
-    return Path(platformdirs.user_cache_dir(_APP_NAME)).absolute()
-
-
-def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Path:
-    """An explicit argument wins over the environment, which wins over the platform default."""
-    if cache_dir is None:
-        return default_cache_dir()
-    return Path(os.fspath(cache_dir)).expanduser().absolute()
-
-
-def _validate_key(key: str) -> str:
-    """Reject anything but 64 lowercase hex so a key can never climb out of the cache folder."""
-    if not isinstance(key, str) or not _KEY_PATTERN.fullmatch(key):
-        raise ValueError(
-            f"invalid cache key {key!r}: expected a SHA256 hex digest "
-            "(64 lowercase characters 0-9a-f)"
-        )
-    return key
-
-
-# --------------------------------------------------------------------------- entries
-
 
 @dataclass(frozen=True)
 class CacheResult:
@@ -138,59 +97,6 @@ class CacheResult:
     entry: CacheEntry
     hit: bool
     seconds: float
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-# --------------------------------------------------------------------------- verification
-
-
-def _is_own_entry(folder: Path, key: str) -> bool:
-    """Whether the folder at an entry's place is the library's to remove: marked, or (entries
-    of releases before the mark) holding a manifest that names it."""
-    if is_marked(folder):
-        return True
-    if not is_real_dir(folder):
-        return False
-    try:
-        return read_manifest(folder).get("key") == key
-    except CorruptEntry:
-        return False
-
-
-# --------------------------------------------------------------------------- building
-
-
-def _key_of_temp(name: str) -> str | None:
-    """Key a temp folder belongs to, or None for names we did not create."""
-    if not name.startswith(_TMP_PREFIX):
-        return None
-    candidate = name[len(_TMP_PREFIX) : len(_TMP_PREFIX) + 64]
-    rest = name[len(_TMP_PREFIX) + 64 :]
-    if _KEY_PATTERN.fullmatch(candidate) and rest.startswith("-"):
-        return candidate
-    return None
-
-
-def _remove_own_temp(path: Path) -> None:
-    """Remove a build's leftover folder if the library made it; an empty one either way
-    (a build killed between making the folder and marking it leaves it empty)."""
-    if is_marked(path) or _is_own_entry(path, _key_of_temp(path.name) or ""):
-        remove_tree(path)
-    else:
-        remove_if_empty(path)
-
-
-def _unwritable(path: Path, err: OSError) -> CacheError:
-    reason = err.strerror or str(err)
-    return CacheError(
-        f"cannot create or write the model cache folder {path} ({reason}); set cache_dir= or "
-        f"the {CACHE_ENV_VAR} environment variable to a writable folder"
-    )
-
-
-# --------------------------------------------------------------------------- the cache
 
 
 class ModelCache:
@@ -208,6 +114,8 @@ class ModelCache:
     ) -> None:
         self.root: Path = resolve_cache_dir(cache_dir)
         self.lock_timeout = lock_timeout
+        self._staging = Staging(self.root, self._lock)
+        self._derived = DerivedStore(self.root, lock_timeout)
 
     def __repr__(self) -> str:
         return f"ModelCache(root={str(self.root)!r})"
@@ -217,7 +125,7 @@ class ModelCache:
     def lookup(self, key: str, required: Iterable[str] = ()) -> CacheEntry | None:
         """The verified entry for ``key`` holding the ``required`` files, or None; a corrupt
         entry is evicted on the way."""
-        _validate_key(key)
+        validate_key(key)
         folder = self.root / key
         if not os.path.lexists(folder):
             return None
@@ -248,7 +156,7 @@ class ModelCache:
         If ``build`` raises, its exception propagates unchanged and the cache is left as it was.
         """
         start = time.perf_counter()
-        _validate_key(key)
+        validate_key(key)
         required = tuple(required)
         inputs_json = self._inputs_as_json(key_inputs)
         entry = self._verified(key, required, evict=False)  # lock-free: entries never change
@@ -259,7 +167,7 @@ class ModelCache:
             entry = self._verified(key, required, evict=True)
             if entry is not None:  # another process built it while we waited
                 return CacheResult(entry=entry, hit=True, seconds=time.perf_counter() - start)
-            self._sweep_temp_dirs(locked_key=key)
+            self._staging.sweep(locked_key=key)
             entry = self._build_locked(key, inputs_json, build)
         return CacheResult(entry=entry, hit=False, seconds=time.perf_counter() - start)
 
@@ -276,7 +184,7 @@ class ModelCache:
         gates it meets. If another process replaced it meanwhile, that entry is returned
         as a hit instead, for the caller to judge in turn."""
         start = time.perf_counter()
-        key = _validate_key(stale.key)
+        key = validate_key(stale.key)
         required = tuple(required)
         inputs_json = self._inputs_as_json(key_inputs)
         self._ensure_root()
@@ -305,14 +213,12 @@ class ModelCache:
     def evict(self, key: str) -> bool:
         """Remove the entry for ``key`` (valid or not) and what was derived from it; True if
         there was an entry. Only what the library made is removed."""
-        _validate_key(key)
+        validate_key(key)
         if not self.root.is_dir():  # the root may be a link: the user chose it
             return False
         with self._lock(key):
-            self._remove_temp_dirs_of(key)
-            for kind in registered():
-                for device in real_subdirs(self.root / kind.name):
-                    self._remove_derived(kind, device / key)
+            self._staging.remove_of(key)
+            self._derived.remove_key(key)
             return self._remove_entry_locked(key)
 
     def clear(self) -> int:
@@ -326,13 +232,11 @@ class ModelCache:
         """
         if not self.root.is_dir():
             return 0
-        keys = set(self._entry_keys())
-        keys.update(key for path in self._temp_dirs() if (key := _key_of_temp(path.name)))
+        keys = set(self._entry_keys()) | self._staging.keys()
         removed = 0
         for key in sorted(keys):
             removed += self.evict(key)
-        for kind in registered():
-            self._clear_derived(kind)
+        self._derived.clear()
         return removed
 
     def derived_dir(
@@ -342,76 +246,17 @@ class ModelCache:
         with variants). Made on demand; None where the folder found there is not the
         library's (a link, say): the backend then does without it. A :class:`CacheError`
         where the cache cannot be written."""
-        _validate_key(key)
-        folder = self.root / kind.name / device / key
-        return self._derived(folder / variant if variant else folder, kind.label)
+        return self._derived.folder(kind, key, device, variant)
 
     def shared_dir(self, kind: DerivedFolders, device: str, name: str) -> Path | None:
         """The folder ``name`` of ``kind`` on ``device`` that every key shares (one of
         ``kind.shared``); None and errors as for :meth:`derived_dir`."""
-        labels = dict(kind.shared)
-        if name not in labels:
-            raise ValueError(f"{name!r} is not a shared folder of {kind.name!r}")
-        return self._derived(self.root / kind.name / device / name, labels[name])
+        return self._derived.shared(kind, device, name)
 
     def derived_lock(self, folder: Path) -> KeyLock:
         """The lock held while what is in a derived ``folder`` is built, checked, loaded or
-        removed.
-
-        Lock files live under ``.locks`` with the others and are never deleted: removing
-        a lock file another process waits on would hand out the same lock twice.
-        """
-        return self._folder_lock(folder)
-
-    def _folder_lock(self, folder: Path) -> KeyLock:
-        """The lock of a derived folder under the cache root, named by its path there
-        (``<name>-<device>-<key>[-<variant>].lock``)."""
-        name = "-".join(folder.relative_to(self.root).parts) + ".lock"
-        return KeyLock(self.root / _LOCK_DIR / name, self.lock_timeout, self.root)
-
-    def _derived(self, folder: Path, kind: str) -> Path | None:
-        """``folder`` made (and marked) on demand, or None where what is there is not the
-        library's: derived folders have their unrecorded files deleted, so a user's folder
-        or a link must never be handed to a runtime as one."""
-        try:
-            made = make_owned_dir(self.root, folder, kind)
-        except OSError as err:
-            raise _unwritable(self.root, err) from err
-        if made is None:
-            logger.warning(
-                "spacy-accelerate: not using %s for %s: it is a link, or a folder that "
-                "spacy-accelerate did not make; it is left as it is.",
-                folder,
-                kind,
-            )
-        return made
-
-    def _remove_derived(self, kind: DerivedFolders, folder: Path) -> None:
-        """Remove the derived ``folder`` of one key on one device, each unit under its lock.
-        A variant made meanwhile stays, for its entry's next build."""
-        if kind.variants:
-            for variant in real_subdirs(folder):
-                if is_marked(variant):
-                    with self.derived_lock(variant):
-                        remove_tree(variant)
-            remove_if_empty(folder)
-        elif _is_own_derived(kind, folder):
-            with self.derived_lock(folder):
-                remove_tree(folder)
-
-    def _clear_derived(self, kind: DerivedFolders) -> None:
-        """Remove every key's folders of ``kind`` (keys without an entry included) and its
-        shared folders; nothing else."""
-        base = self.root / kind.name
-        for device in real_subdirs(base):
-            for child in real_subdirs(device):
-                if _KEY_PATTERN.fullmatch(child.name):
-                    self._remove_derived(kind, child)
-            for name, _label in kind.shared:
-                if is_marked(device / name):
-                    remove_tree(device / name)
-            remove_if_empty(device)
-        remove_if_empty(base)
+        removed (a lock file under ``.locks``, never deleted)."""
+        return self._derived.lock(folder)
 
     def size_bytes(self) -> int:
         """Total bytes of every file under the cache folder, leftovers included, a file
@@ -469,10 +314,10 @@ class ModelCache:
         """Remove the library's folder at ``key``'s place; True if there was one. Renamed
         away first so no reader ever sees a half-deleted entry."""
         folder = self.root / key
-        if not _is_own_entry(folder, key):
+        if not is_own_entry(folder, key):
             remove_if_empty(folder)  # an empty folder holds nothing of anyone's
             return False
-        trash = self.root / f"{_TMP_PREFIX}{key}-evicted-{secrets.token_hex(4)}"
+        trash = self._staging.trash(key)
         try:
             os.rename(folder, trash)
         except OSError:
@@ -492,120 +337,39 @@ class ModelCache:
         """Build into a temporary folder and rename it into place; ``replacing``: the
         library's entry there goes only once the build has succeeded."""
         target = self.root / key
-        if os.path.lexists(target) and not (replacing and _is_own_entry(target, key)):
+        if os.path.lexists(target) and not (replacing and is_own_entry(target, key)):
             raise CacheError(
                 f"cannot store the model at {target}: something there was not made by "
                 "spacy-accelerate. Move it away, or set cache_dir= (or the "
                 f"{CACHE_ENV_VAR} environment variable) to another folder."
             )
-        tmp = self._make_temp_dir(key)
+        tmp = self._staging.make(key)
         try:
             built = build(tmp)
-            manifest = self._write_manifest(tmp, key, inputs_json, built)
+            manifest = write_manifest(tmp, key, inputs_json, built)
             if replacing:
                 self._remove_entry_locked(key)
             try:
                 os.rename(tmp, target)
             except OSError as err:
-                raise _unwritable(self.root, err) from err
+                raise unwritable(self.root, err) from err
         except BaseException:
             remove_tree(tmp)
             raise
         return CacheEntry(key=key, path=target, manifest=manifest)
 
-    @staticmethod
-    def _write_manifest(
-        folder: Path, key: str, inputs_json: Any, built: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
-        manifest: dict[str, Any] = {
-            "format_version": MANIFEST_FORMAT_VERSION,
-            "key": key,
-            "key_inputs": inputs_json,
-            "files": describe_files(folder),
-            "created": utc_now_iso(),
-            "spacy_accelerate_version": __version__,
-        }
-        if built:  # what the builder chose (an int8 quantization plan, say)
-            manifest["built"] = dict(built)
-        data = json.dumps(manifest, indent=2, sort_keys=True).encode("utf-8")
-        try:
-            with open(folder / MANIFEST_NAME, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except OSError as err:
-            raise _unwritable(folder.parent, err) from err
-        return manifest
-
-    def _make_temp_dir(self, key: str) -> Path:
-        """Beside the target so the final rename stays on one filesystem and is atomic."""
-        tmp = self.root / f"{_TMP_PREFIX}{key}-{secrets.token_hex(8)}"
-        try:
-            tmp.mkdir()
-            write_mark(tmp, "entry")
-        except OSError as err:
-            remove_tree(tmp)
-            raise _unwritable(self.root, err) from err
-        return tmp
-
     def _ensure_root(self) -> None:
         try:
-            (self.root / _LOCK_DIR).mkdir(parents=True, exist_ok=True)
+            (self.root / LOCK_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise _unwritable(self.root, err) from err
+            raise unwritable(self.root, err) from err
 
     def _lock(self, key: str) -> KeyLock:
-        return KeyLock(self.root / _LOCK_DIR / f"{key}.lock", self.lock_timeout, self.root)
+        return lock_file(self.root, key, self.lock_timeout)
 
     def _entry_keys(self) -> list[str]:
         try:
             names = os.listdir(self.root)
         except OSError:
             return []
-        return sorted(name for name in names if _KEY_PATTERN.fullmatch(name))
-
-    def _temp_dirs(self) -> list[Path]:
-        """The leftovers of builds and evictions: named after a key, real folders."""
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            return []
-        return [
-            self.root / name
-            for name in sorted(names)
-            if _key_of_temp(name) is not None and is_real_dir(self.root / name)
-        ]
-
-    def _remove_temp_dirs_of(self, key: str) -> None:
-        """Caller holds ``key``'s lock, so no build can be writing into these."""
-        for path in self._temp_dirs():
-            if _key_of_temp(path.name) == key:
-                _remove_own_temp(path)
-
-    def _sweep_temp_dirs(self, locked_key: str) -> None:
-        """Remove crashed builds' leftovers, for other keys only if their lock is free now."""
-        for path in self._temp_dirs():
-            temp_key = _key_of_temp(path.name)
-            if temp_key == locked_key:
-                _remove_own_temp(path)
-                continue
-            lock = self._lock(str(temp_key))
-            if not lock.try_acquire():
-                continue  # a live build holds it, or we cannot tell: leave it alone
-            try:
-                _remove_own_temp(path)
-            finally:
-                lock.release()
-
-
-def _is_own_derived(kind: DerivedFolders, folder: Path) -> bool:
-    """A key's derived folder made by the library: marked, or (folders of the release
-    before the mark) holding the kind's legacy record."""
-    if is_marked(folder):
-        return True
-    if kind.legacy_record is None:
-        return False
-    try:
-        return is_real_dir(folder) and stat.S_ISREG((folder / kind.legacy_record).lstat().st_mode)
-    except OSError:
-        return False
+        return sorted(name for name in names if KEY_PATTERN.fullmatch(name))

@@ -596,7 +596,7 @@ def cache_list(cache_dir: CacheDir = None, as_json: Json = False) -> None:
 @cache_app.command("size")
 def cache_size_command(cache_dir: CacheDir = None) -> None:
     """Disk used by the cache."""
-    from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.cache.root import default_cache_dir
     from spacy_accelerate.provision.listing import cache_size
 
     with one_line_errors():
@@ -610,7 +610,7 @@ def cache_clear(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> None:
     """Remove every cached model (they are rebuilt on the next optimize())."""
-    from spacy_accelerate.cache.store import default_cache_dir
+    from spacy_accelerate.cache.root import default_cache_dir
     from spacy_accelerate.provision.listing import clear_cache
 
     with one_line_errors():

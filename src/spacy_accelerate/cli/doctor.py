@@ -19,7 +19,7 @@ from spacy_accelerate.backends.registry import (
     install_hint,
     listed_providers,
 )
-from spacy_accelerate.cache.store import default_cache_dir
+from spacy_accelerate.cache.root import default_cache_dir
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.options.config import Precision, Provider
