@@ -11,6 +11,9 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
+import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -275,3 +278,60 @@ def test_a_bundled_plan_this_machine_runs_is_servable():
     here = _bundled(Provider.CPU, Precision.FP32, onnxruntime.__version__)
     served = servable_config(here, OptimizeRequest(provider="auto").to_config(None))
     assert (served.provider, served.precision) == (Provider.CPU, Precision.FP32)
+
+
+LOADER = """
+import json, logging, sys
+import spacy
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+nlp = spacy.load(sys.argv[1])
+docs = nlp.pipe(json.loads(sys.argv[2]))
+print(json.dumps([[(t.tag_, t.pos_, t.dep_, t.head.i, t.ent_iob_, t.ent_type_) for t in doc]
+                  for doc in docs]))
+"""
+
+
+@pytest.mark.slow
+def test_a_spacy_package_wheel_installed_elsewhere_loads_accelerated_with_no_export(
+    saved: tuple[Path, list], texts: list[str], tmp_path: Path
+):
+    """``spacy package --build wheel``, the wheel installed into a folder of its own and
+    loaded from there by a fresh process whose cache does not exist: served from the bundle
+    the wheel holds, the same tags, nothing written where the cache would be."""
+    folder, expected = saved
+    meta = json.loads((folder / "meta.json").read_text())
+    meta.update(name="tiny_accel", version="0.0.1")
+    (folder / "meta.json").write_text(json.dumps(meta))
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    built = subprocess.run(
+        [sys.executable, "-m", "spacy", "package", str(folder), str(dist), "--build", "wheel"],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = dist.glob("*/dist/*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        requires = archive.read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert any(f"/{BUNDLE_DIR}/{BUNDLE_FILE}" in name for name in names), names
+    assert re.search(r"^Requires-Dist: spacy-accelerate", requires, re.M), requires
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site)]
+    installed = subprocess.run([*pip, str(wheel)], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+
+    cache = tmp_path / "no-cache-here"
+    env = {**os.environ, "PYTHONPATH": str(site), "SPACY_ACCELERATE_CACHE": str(cache)}
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADER, "en_tiny_accel", json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert re.search(r"runs cpu fp32, bundled", loaded.stderr), loaded.stderr
+    assert "export" not in loaded.stderr, loaded.stderr
+    assert json.loads(loaded.stdout) == [[list(token) for token in doc] for doc in expected]
+    assert not cache.exists()
