@@ -25,7 +25,8 @@ from typer.testing import CliRunner, Result
 from spacy_accelerate import progress
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cli import app as cli
-from spacy_accelerate.cli.app import app, main, with_requirement
+from spacy_accelerate.cli.app import app, main
+from spacy_accelerate.provision.requirements import runtime_extras, with_requirement
 
 runner = CliRunner()
 
@@ -133,7 +134,7 @@ def test_output_requires_this_library_once(bert_path: Path, tmp_path: Path):
     assert saved.exit_code == 0, saved.output
     # NORMAL verbosity: optimize()'s own INFO line reaches stderr.
     assert "spacy-accelerate: transformer runs cpu fp32" in saved.stderr, saved.stderr
-    wanted = f"spacy-accelerate>={'.'.join(__version__.split('.')[:2])}"
+    wanted = f"spacy-accelerate[cpu]>={'.'.join(__version__.split('.')[:2])}"
     assert srsly.read_json(first / "meta.json")["requirements"] == [
         "spacy-curated-transformers>=0.2.2,<0.4",
         wanted,
@@ -144,11 +145,22 @@ def test_output_requires_this_library_once(bert_path: Path, tmp_path: Path):
     assert srsly.read_json(second / "meta.json")["requirements"].count(wanted) == 1
 
 
-def test_with_requirement_keeps_a_users_own_pin():
-    assert with_requirement(["spacy_Accelerate[openvino]==0.1.0"]) == [
+def test_with_requirement_keeps_a_users_own_pin_and_adds_the_extras_it_lacks():
+    assert with_requirement(["spacy_Accelerate[openvino]==0.1.0"], {"openvino"}) == [
         "spacy_Accelerate[openvino]==0.1.0"
     ]
+    assert with_requirement(["spacy_Accelerate[openvino]==0.1.0"], {"cpu"}) == [
+        "spacy_Accelerate[cpu,openvino]==0.1.0"
+    ]
+    assert with_requirement(["x>=1"], {"openvino", "cpu"})[1].startswith(
+        "spacy-accelerate[cpu,openvino]>="
+    )
     assert with_requirement([])[0].startswith("spacy-accelerate>=")
+
+
+def test_each_runtime_is_required_through_the_extra_that_installs_it():
+    assert runtime_extras(["openvino", "cpu", "cpu"]) == {"openvino", "cpu"}
+    assert runtime_extras(["cuda", "tensorrt"]) == {"gpu", "tensorrt"}
 
 
 # ---------------------------------------------------------------------------- 4: bench

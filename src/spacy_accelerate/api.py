@@ -64,12 +64,14 @@ from spacy_accelerate.provision.bundle import (
     Bundle,
     Unservable,
     read_bundle,
+    remove_bundle,
     serve_bundled,
     write_bundle,
 )
 from spacy_accelerate.provision.exports import SharedExport
 from spacy_accelerate.provision.get_or_export import ExportedModel, get_or_export
 from spacy_accelerate.provision.references import References
+from spacy_accelerate.provision.requirements import require_library, runtime_extras
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
@@ -318,7 +320,7 @@ def _remember(nlp: Language, request: OptimizeRequest) -> None:
     its config for ``to_disk``, and re-applied when new weights are loaded."""
     install_training_guards(nlp)
     record(nlp, request)
-    install_load_hooks(nlp, request, reapply, save_bundle)
+    install_load_hooks(nlp, request, reapply, save_served)
 
 
 def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
@@ -425,11 +427,18 @@ def _serve_bundled(
     return location.component, exported
 
 
-def save_bundle(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
-    """Save the models that serve ``nlp`` into the folder it was just saved to, with the
-    options of ``request`` that chose them (see :mod:`spacy_accelerate.provision.bundle`)
-    and ``auto``'s choice."""
+def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
+    """Complete ``nlp.to_disk(folder)``: ``meta.json`` requires this library with the
+    extras of the runtimes that serve ``nlp``, and those models are saved beside it with
+    the options of ``request`` that chose them and ``auto``'s choice
+    (:mod:`spacy_accelerate.provision.bundle`); with ``bundle=False``, an earlier bundle
+    goes instead."""
     served = {name: proxy.exported for name, proxy in accelerated_components(nlp).items()}
+    extras = runtime_extras(exported.provider for exported in served.values() if exported.provider)
+    require_library(nlp.meta, folder, extras)
+    if not request.bundle:
+        remove_bundle(folder)
+        return
     if not served:
         return
     first = next(iter(served.values()))
@@ -474,7 +483,7 @@ def make_optimize_callback(
     recorded["calibration_texts"] = list(texts) if texts is not None else None
     request = OptimizeRequest(**recorded)
     return AfterCreation(
-        request=request, enabled=enabled, previous=previous, reapply=reapply, bundler=save_bundle
+        request=request, enabled=enabled, previous=previous, reapply=reapply, saver=save_served
     )
 
 

@@ -141,6 +141,11 @@ class Backend(ABC):
         """What to install for ``provider``, as a command."""
 
     @abstractmethod
+    def pip_extra(self, provider: Provider) -> str:
+        """The extra of spacy-accelerate that installs ``provider``'s runtime: a saved
+        pipeline served by it requires ``spacy-accelerate[<extra>]``."""
+
+    @abstractmethod
     def runtime_name(self, provider: Provider) -> str:
         """How an error names the runtime ``provider`` needs."""
 

@@ -101,6 +101,11 @@ def install_hint(provider: Provider) -> str:
     return backend_for(provider).install_hint(provider)
 
 
+def pip_extra(provider: Provider) -> str:
+    """The extra of spacy-accelerate that installs ``provider``'s runtime."""
+    return backend_for(provider).pip_extra(provider)
+
+
 def cpu_vendor() -> str:
     """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...), or "" if unknown."""
     return cpu_features().vendor

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -236,23 +235,6 @@ def _load_pipeline(name: str, code: Path | None = None) -> Language:
     return spacy.load(path)
 
 
-def _requirement_name(requirement: str) -> str:
-    """The normalized distribution name of a requirement (PEP 503)."""
-    name = re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def with_requirement(requirements: Sequence[str]) -> list[str]:
-    """``requirements`` (a pipeline's ``meta.json`` list) with this library added, at this
-    release's major.minor or newer, unless one of them already names it: ``spacy package``
-    reads the list, so an accelerated pipeline packaged from ``--output`` installs the
-    library that loads it accelerated."""
-    if any(_requirement_name(given) == "spacy-accelerate" for given in requirements):
-        return list(requirements)
-    major_minor = ".".join(__version__.split(".")[:2])
-    return [*requirements, f"spacy-accelerate>={major_minor}"]
-
-
 @app.command()
 def doctor(cache_dir: CacheDir = None, as_json: Json = False) -> None:
     """Versions, providers (and what to install for a missing one), GPU, cache."""
@@ -400,7 +382,6 @@ def optimize(
                 )
             typer.echo(f"  {exported.path}")
         if output is not None:
-            nlp.meta["requirements"] = with_requirement(nlp.meta.get("requirements") or [])
             nlp.to_disk(output)
             typer.echo(f"saved the optimized pipeline to {output}")
 

@@ -38,7 +38,6 @@ from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.training_guard import remove_training_guards
-from spacy_accelerate.provision.bundle import remove_bundle
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -53,9 +52,11 @@ SAVE_METHOD = "to_disk"
 #: from bytes) (``spacy_accelerate.api``'s; given to the hooks rather than imported,
 #: since the API is built on this module).
 Reapply = Callable[[Language, OptimizeRequest, Path | None], None]
-#: Saves the served models of a pipeline, with the request that chose them, into the
-#: folder it was just saved to.
-Bundler = Callable[[Language, OptimizeRequest, Path], None]
+#: Completes a save into the folder a pipeline was just saved to: its requirements, and
+#: the served models with the request that chose them (or, with ``bundle=False``, no
+#: bundle: one left there by an earlier save would serve models this pipeline no longer
+#: runs, so it goes).
+Saver = Callable[[Language, OptimizeRequest, Path], None]
 
 
 def unpatch_all(nlp: Language) -> None:
@@ -122,35 +123,30 @@ class ReoptimizeAfterLoading:
 
 
 @dataclass(frozen=True)
-class SaveWithBundle:
-    """Stands in for ``nlp.to_disk`` on an accelerated pipeline: spaCy's files, then the
-    served models beside them (or, with ``bundle=False``, no bundle: one left there by an
-    earlier save would serve models this pipeline no longer runs, so it goes)."""
+class SaveServed:
+    """Stands in for ``nlp.to_disk`` on an accelerated pipeline: spaCy's files, then what
+    the :data:`Saver` adds beside them."""
 
     nlp: Language
     request: OptimizeRequest
-    bundler: Bundler
+    saver: Saver
 
     def __call__(self, path: str | Path, *args: Any, **kwargs: Any) -> None:
         type(self.nlp).to_disk(self.nlp, path, *args, **kwargs)
-        folder = Path(path)
-        if self.request.bundle:
-            self.bundler(self.nlp, self.request, folder)
-        else:
-            remove_bundle(folder)
+        self.saver(self.nlp, self.request, Path(path))
 
 
 def install_load_hooks(
-    nlp: Language, request: OptimizeRequest, reapply: Reapply, bundler: Bundler
+    nlp: Language, request: OptimizeRequest, reapply: Reapply, saver: Saver
 ) -> None:
     for method in LOAD_METHODS:
         setattr(nlp, method, ReoptimizeAfterLoading(nlp, method, request, reapply))
-    setattr(nlp, SAVE_METHOD, SaveWithBundle(nlp, request, bundler))
+    setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
 
 
 def remove_load_hooks(nlp: Language) -> None:
     for method in (*LOAD_METHODS, SAVE_METHOD):
-        if isinstance(nlp.__dict__.get(method), ReoptimizeAfterLoading | SaveWithBundle):
+        if isinstance(nlp.__dict__.get(method), ReoptimizeAfterLoading | SaveServed):
             del nlp.__dict__[method]
 
 
@@ -188,11 +184,11 @@ class AfterCreation:
     enabled: bool
     previous: Callable[[Language], Language] | None
     reapply: Reapply
-    bundler: Bundler
+    saver: Saver
 
     def __call__(self, nlp: Language) -> Language:
         if self.previous is not None:
             nlp = self.previous(nlp)
         if self.enabled:
-            install_load_hooks(nlp, self.request, self.reapply, self.bundler)
+            install_load_hooks(nlp, self.request, self.reapply, self.saver)
         return nlp

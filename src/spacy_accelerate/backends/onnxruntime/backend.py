@@ -26,6 +26,7 @@ from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.onnxruntime.graph import graph_plan, optimize_graph
 from spacy_accelerate.backends.onnxruntime.provider_options import (
+    EXTRAS,
     INSTALL_HINTS,
     ORT_PROVIDER_NAMES,
     OnnxRuntimeLayout,
@@ -94,6 +95,9 @@ class OnnxRuntimeBackend(Backend):
 
     def install_hint(self, provider: Provider) -> str:
         return INSTALL_HINTS[provider]
+
+    def pip_extra(self, provider: Provider) -> str:
+        return EXTRAS[provider][0]
 
     def runtime_name(self, provider: Provider) -> str:
         return f"ONNX Runtime's {ORT_PROVIDER_NAMES[provider]}"

@@ -25,11 +25,16 @@ ORT_PROVIDER_NAMES: dict[Provider, str] = {
     Provider.TENSORRT: "TensorrtExecutionProvider",
 }
 
+#: The extra of spacy-accelerate that installs each provider's runtime, and what it holds.
+EXTRAS: dict[Provider, tuple[str, str]] = {
+    Provider.CPU: ("cpu", "installs onnxruntime"),
+    Provider.CUDA: ("gpu", "installs onnxruntime-gpu and cupy"),
+    Provider.TENSORRT: ("tensorrt", "onnxruntime-gpu with TensorRT"),
+}
 #: What to install for each provider.
 INSTALL_HINTS: dict[Provider, str] = {
-    Provider.CPU: "pip install 'spacy-accelerate[cpu]'  (installs onnxruntime)",
-    Provider.CUDA: "pip install 'spacy-accelerate[gpu]'  (installs onnxruntime-gpu and cupy)",
-    Provider.TENSORRT: "pip install 'spacy-accelerate[tensorrt]'  (onnxruntime-gpu with TensorRT)",
+    provider: f"pip install 'spacy-accelerate[{extra}]'  ({holds})"
+    for provider, (extra, holds) in EXTRAS.items()
 }
 
 

@@ -22,6 +22,7 @@ from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.openvino.blobs import SUMS_FILE, checked_blobs
 from spacy_accelerate.backends.openvino.quantize import parity_items, quantize_within_gate
 from spacy_accelerate.backends.openvino.session import (
+    EXTRA,
     INSTALL_HINT,
     IR_FILE,
     OpenVINOLayout,
@@ -57,6 +58,9 @@ class OpenVINOBackend(Backend):
 
     def install_hint(self, provider: Provider) -> str:
         return INSTALL_HINT
+
+    def pip_extra(self, provider: Provider) -> str:
+        return EXTRA
 
     def runtime_name(self, provider: Provider) -> str:
         return "OpenVINO"

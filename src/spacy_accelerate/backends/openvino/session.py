@@ -111,7 +111,9 @@ def speed_baseline() -> str:
 
 
 #: What installs OpenVINO (and NNCF, for its int8).
-INSTALL_HINT = "pip install 'spacy-accelerate[openvino]'  (installs openvino and nncf)"
+#: The extra of spacy-accelerate that installs OpenVINO (and NNCF, for int8).
+EXTRA = "openvino"
+INSTALL_HINT = f"pip install 'spacy-accelerate[{EXTRA}]'  (installs openvino and nncf)"
 
 
 def import_openvino() -> ModuleType:
