@@ -26,7 +26,11 @@ from spacy_accelerate import progress
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cli import app as cli
 from spacy_accelerate.cli.app import app, main
-from spacy_accelerate.provision.requirements import runtime_extras, with_requirement
+from spacy_accelerate.provision.requirements import (
+    require_library,
+    runtime_extras,
+    with_requirement,
+)
 
 runner = CliRunner()
 
@@ -156,6 +160,18 @@ def test_with_requirement_keeps_a_users_own_pin_and_adds_the_extras_it_lacks():
         "spacy-accelerate[cpu,openvino]>="
     )
     assert with_requirement([])[0].startswith("spacy-accelerate>=")
+
+
+def test_a_saved_meta_json_gains_the_requirement_and_keeps_the_rest(tmp_path: Path):
+    srsly.write_json(tmp_path / "meta.json", {"name": "x", "requirements": ["y>=1"]})
+    meta = {"name": "x", "requirements": ["y>=1"]}
+    require_library(meta, tmp_path, {"openvino"})
+    saved = srsly.read_json(tmp_path / "meta.json")
+    assert saved["name"] == "x" and saved["requirements"] == meta["requirements"]
+    assert saved["requirements"][0] == "y>=1"
+    assert saved["requirements"][1].startswith("spacy-accelerate[openvino]>=")
+    require_library(meta, tmp_path / "saved-without-meta", {"cpu"})  # no file to rewrite
+    assert meta["requirements"][1].startswith("spacy-accelerate[cpu,openvino]>=")
 
 
 def test_each_runtime_is_required_through_the_extra_that_installs_it():

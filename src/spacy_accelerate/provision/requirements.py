@@ -62,6 +62,8 @@ def require_library(meta: dict[str, Any], folder: Path, extras: Iterable[str]) -
     library with ``extras``."""
     meta["requirements"] = with_requirement(meta.get("requirements") or [], extras)
     meta_file = folder / "meta.json"
+    if not meta_file.is_file():  # saved with exclude=["meta"]
+        return
     saved = srsly.read_json(meta_file)
     saved["requirements"] = meta["requirements"]
     srsly.write_json(meta_file, saved)
