@@ -5,6 +5,7 @@ and the pipeline follows ``missing_cache``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -151,11 +152,28 @@ TAMPERS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
         ),
         "model.onnx is not a regular file",
     ),
+    "manifest and listing disagree": (
+        lambda b, t: _manifest_against_listing(b),
+        "model.onnx is recorded otherwise in manifest.json",
+    ),
     "listed but absent": (
         lambda b, t: (b / next(n for n in os.listdir(b) if len(n) == 64) / "parity.json").unlink(),
         "parity.json is missing",
     ),
 }
+
+
+def _manifest_against_listing(bundle: Path) -> None:
+    """The entry's manifest records another model.onnx, and bundle.json the changed
+    manifest: every file matches bundle.json, but the entry's own record does not."""
+    key = next(name for name in os.listdir(bundle) if len(name) == 64)
+    manifest_path = bundle / key / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["model.onnx"]["sha256"] = "0" * 64
+    manifest_path.write_text(json.dumps(manifest))
+    data = manifest_path.read_bytes()
+    record = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    _listing(bundle, lambda m: m["files"].update({f"{key}/manifest.json": record}))
 
 
 def _model_path(bundle: Path) -> Path:

@@ -114,14 +114,23 @@ def file_records(files: Any, where: str) -> Mapping[str, Any]:
     return files
 
 
-def check_listed_files(folder: Path, files: Mapping[str, Any], index: str) -> None:
+def check_listed_files(
+    folder: Path, files: Mapping[str, Any], index: str, hashed: Mapping[str, Any] | None = None
+) -> None:
     """``folder`` holds ``index`` (the file that lists the others), the ``files`` listed
     and their folders, nothing else; each listed file is a regular file (not a link) of
     its recorded size and SHA256. Else :class:`CorruptEntry` naming the file. Sizes are
-    checked first, so a truncated multi-GB file is caught before any hashing."""
+    checked first, so a truncated multi-GB file is caught before any hashing.
+
+    ``hashed``: records of these files (same names) checked against their contents just
+    before, by a listing that covers this folder (a bundle's): each file's record must
+    equal its ``hashed`` one, and nothing is read a second time."""
     _check_nothing_unlisted(folder, files, index)
     _check_sizes(folder, files)
-    _check_hashes(folder, files)
+    if hashed is None:
+        _check_hashes(folder, files)
+    else:
+        _check_records(files, hashed, index)
 
 
 def _check_nothing_unlisted(folder: Path, files: Mapping[str, Any], index: str) -> None:
@@ -169,13 +178,23 @@ def _check_hashes(folder: Path, files: Mapping[str, Any]) -> None:
             raise CorruptEntry(f"{name} does not match its recorded sha256")
 
 
-def verify_entry(folder: Path, key: str, required: Iterable[str] = ()) -> CacheEntry:
-    """Return the entry in ``folder`` or raise :class:`CorruptEntry` saying what is wrong."""
+def _check_records(files: Mapping[str, Any], hashed: Mapping[str, Any], index: str) -> None:
+    for name, info in files.items():
+        known = hashed.get(name)
+        if known is None or (known["size"], known["sha256"]) != (info["size"], info["sha256"]):
+            raise CorruptEntry(f"{name} is recorded otherwise in {index} than in the listing")
+
+
+def verify_entry(
+    folder: Path, key: str, required: Iterable[str] = (), hashed: Mapping[str, Any] | None = None
+) -> CacheEntry:
+    """Return the entry in ``folder`` or raise :class:`CorruptEntry` saying what is wrong
+    (``hashed``: as for :func:`check_listed_files`)."""
     if not is_real_dir(folder):
         raise CorruptEntry("entry is not a folder")
     manifest = read_manifest(folder)
     files = _check_manifest_fields(manifest, key, required)
-    check_listed_files(folder, files, MANIFEST_NAME)
+    check_listed_files(folder, files, MANIFEST_NAME, hashed)
     return CacheEntry(key=key, path=folder, manifest=manifest)
 
 

@@ -153,6 +153,13 @@ def _refused(folder: Path, why: object) -> BundleError:
     )
 
 
+def _within(listed: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The records of ``listed`` (bundle.json's) for the files of entry ``key``, by their
+    names inside the entry."""
+    prefix = f"{key}/"
+    return {name[len(prefix) :]: info for name, info in listed.items() if name.startswith(prefix)}
+
+
 def read_bundle(pipeline_dir: Path) -> Bundle | None:
     """The bundle saved in ``pipeline_dir``, verified; None where there is none. A
     :class:`~spacy_accelerate.errors.BundleError` where it was tampered with, an
@@ -174,7 +181,8 @@ def read_bundle(pipeline_dir: Path) -> Bundle | None:
             )
         if version != BUNDLE_FORMAT:
             raise CorruptEntry(f"{BUNDLE_FILE} has no known format_version ({version!r})")
-        check_listed_files(folder, file_records(recorded.get("files"), BUNDLE_FILE), BUNDLE_FILE)
+        listed = file_records(recorded.get("files"), BUNDLE_FILE)
+        check_listed_files(folder, listed, BUNDLE_FILE)
         models = recorded.get("models")
         if not isinstance(models, dict) or not models:
             raise CorruptEntry(f"{BUNDLE_FILE} lists no model")
@@ -186,8 +194,9 @@ def read_bundle(pipeline_dir: Path) -> Bundle | None:
             folder=folder,
             models=bundled,
             options=options,
-            entries={  # each entry's own manifest holds too
-                name: verify_entry(folder / model.key, model.key) for name, model in bundled.items()
+            entries={  # each entry's own manifest holds too, its files hashed once above
+                name: verify_entry(folder / model.key, model.key, hashed=_within(listed, model.key))
+                for name, model in bundled.items()
             },
             chosen=recorded.get("chosen") if isinstance(recorded.get("chosen"), str) else None,
         )
