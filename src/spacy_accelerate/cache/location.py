@@ -21,9 +21,12 @@ import tempfile
 from pathlib import Path
 
 from spacy_accelerate.cache.ownership import is_real_dir
-from spacy_accelerate.cache.root import CACHE_ENV_VAR, default_cache_dir, resolve_cache_dir
-
-_KEY_LENGTH = 64
+from spacy_accelerate.cache.root import (
+    CACHE_ENV_VAR,
+    KEY_PATTERN,
+    default_cache_dir,
+    resolve_cache_dir,
+)
 
 
 def usable(folder: Path) -> bool:
@@ -37,7 +40,7 @@ def usable(folder: Path) -> bool:
         if _writable(folder):
             return True
         try:
-            return any(len(name) == _KEY_LENGTH for name in os.listdir(folder))
+            return any(KEY_PATTERN.fullmatch(name) for name in os.listdir(folder))
         except OSError:
             return False
     parent = folder.parent

@@ -11,6 +11,7 @@ process holds its key's lock, which proves that no build still writes into it.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -27,17 +28,14 @@ from spacy_accelerate.cache.ownership import (
 from spacy_accelerate.cache.root import KEY_PATTERN, unwritable
 
 TMP_PREFIX = ".tmp-"
+#: A temporary folder's name: the prefix, its entry's key, a dash, then anything.
+_TEMP_NAME = re.compile(f"{re.escape(TMP_PREFIX)}({KEY_PATTERN.pattern})-")
 
 
 def key_of_temp(name: str) -> str | None:
     """The key a temporary folder belongs to, or None for names the library did not make."""
-    if not name.startswith(TMP_PREFIX):
-        return None
-    candidate = name[len(TMP_PREFIX) : len(TMP_PREFIX) + 64]
-    rest = name[len(TMP_PREFIX) + 64 :]
-    if KEY_PATTERN.fullmatch(candidate) and rest.startswith("-"):
-        return candidate
-    return None
+    found = _TEMP_NAME.match(name)
+    return found.group(1) if found else None
 
 
 def _remove_own_temp(path: Path) -> None:
