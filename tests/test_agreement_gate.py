@@ -36,6 +36,7 @@ from spacy_accelerate.verify.agreement import (
     AUTOCAST_MARGIN,
     AgreementReport,
     Rate,
+    RunningAgreement,
     compare,
     wilson_lower,
 )
@@ -134,6 +135,37 @@ def test_a_perturbed_parser_is_refused_by_the_dependency_bound_alone(bert: Langu
     assert report.rate(Annotation.DEP).rate < 0.99
     others = [rate for annotation, rate in report.rates if annotation is not Annotation.DEP]
     assert others and all(rate.same == rate.total for rate in others)
+
+
+def test_judging_stops_once_the_texts_left_cannot_save_the_plan(bert: Language, calibrated):
+    _add_perturbation(bert, 20)
+    bounds = parse_min_agreement(None)
+    candidate = annotate(bert, calibrated.texts)
+    whole = compare(calibrated.docs, candidate)
+    assert whole.refusal(bounds) is not None  # the whole pass refuses it too
+    with pytest.raises(AgreementError) as refused:
+        check_agreement(bert, calibrated, bounds)
+    stopped = re.search(r"in the first (\d+) of (\d+) texts", refused.value.finding)
+    assert stopped is not None, refused.value.finding
+    assert int(stopped[1]) < int(stopped[2]) == len(calibrated.texts)
+    # The stop is exact: once hopeless, every prefix after it stays hopeless, and the
+    # counts of a whole pass are compare()'s.
+    running = RunningAgreement(calibrated.docs)
+    verdicts = []
+    for index, doc in enumerate(candidate):
+        running.add(index, doc)
+        verdicts.append(running.hopeless(bounds) is not None)
+    assert any(verdicts) and verdicts == sorted(verdicts)
+    token_rates = [(a, r) for a, r in whole.rates if a is not Annotation.SPANS]
+    assert list(running.so_far().rates) == token_rates
+
+
+def test_a_plan_that_passes_is_judged_on_every_text(bert: Language, calibrated):
+    report = check_agreement(bert, calibrated, parse_min_agreement(None))
+    running = RunningAgreement(calibrated.docs)
+    assert running.hopeless(parse_min_agreement(None)) is None
+    tokens = sum(len(doc) for doc in calibrated.docs)
+    assert report.rates and all(rate.total == tokens for _, rate in report.rates)
 
 
 def test_a_mapping_of_bounds_is_honoured(bert: Language, calibrated):

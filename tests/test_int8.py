@@ -193,3 +193,106 @@ def test_when_no_plan_passes_every_attempt_is_reported(bert: Language, cache_dir
         spacy_accelerate.optimize(
             bert, provider="cpu", precision="int8", cache_dir=cache_dir, min_cosine=1.0
         )
+
+
+def _two_matmuls(first: np.ndarray, second: np.ndarray) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+            helper.make_node("MatMul", ["h", "w2"], ["y"], name="second"),
+        ],
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 8])],
+        [numpy_helper.from_array(first, "w1"), numpy_helper.from_array(second, "w2")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_each_matmul_switches_to_its_int8_twin_alone():
+    import onnxruntime
+
+    from spacy_accelerate.backends.onnxruntime.quantize import switchable_model
+
+    rng = np.random.default_rng(0)
+    gentle = rng.normal(size=(8, 8)).astype(np.float32)
+    gentle[:, 0] *= 1000.0  # an outlier channel into the second MatMul, which ignores it:
+    harsh = rng.normal(size=(8, 8)).astype(np.float32)
+    harsh[0] = 0.0  # one scale for its whole input rounds the channels it reads away
+    model = _two_matmuls(gentle, harsh)
+    plain = onnxruntime.InferenceSession(model.SerializeToString())
+    switchable, switches = switchable_model(_two_matmuls(gentle, harsh), DEFAULT_INT8_RECIPE)
+    assert list(switches) == ["first", "second"]
+    assert {node.op_type for node in switchable.graph.node} == {"If"}
+    session = onnxruntime.InferenceSession(switchable.SerializeToString())
+    x = rng.normal(size=(5, 8)).astype(np.float32)
+    off = {switch: np.array(False) for switch in switches.values()}
+
+    def moved(name: str | None) -> float:
+        flags = {**off, switches[name]: np.array(True)} if name else off
+        (got,) = session.run(None, {"x": x, **flags})
+        (want,) = plain.run(None, {"x": x})
+        return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+    assert moved(None) == 0.0  # every switch off: the float model, to the bit
+    assert 0.0 < moved("first") < 0.05 < moved("second")
+
+
+def test_the_harm_rows_are_spread_over_the_items_without_padding():
+    from spacy_accelerate.architectures.inputs import EncoderInputs
+    from spacy_accelerate.backends.onnxruntime.quantize import harm_rows
+
+    ids = np.array([[5, 6, 0, 0], [7, 0, 0, 0]])
+    items = [EncoderInputs.from_ids(np.where(ids > 0, ids + k, 0), 0) for k in (0, 10, 20, 30)]
+    rows = harm_rows(items, 2)
+    assert [row.input_ids.tolist() for row in rows] == [[[5, 6]], [[25, 26]]]
+    assert all(row.attention_mask.all() for row in rows)
+
+
+@pytest.mark.parametrize("sample", ["bert", "roberta"])
+def test_a_ladder_plan_made_from_the_all_int8_model_is_what_the_quantizer_makes(
+    sample: str, sample_path: Callable[[str], Path], tmp_path: Path
+):
+    import onnxruntime
+    from test_accuracy_control import exported_sample
+
+    from spacy_accelerate.architectures.inputs import EncoderInputs
+    from spacy_accelerate.backends.onnxruntime.quantize import (
+        prepare,
+        quantize_int8,
+        with_float_matmuls,
+    )
+
+    path, detected = exported_sample(sample_path, sample, tmp_path)
+    prepared = tmp_path / "prepared.onnx"
+    prepare(path, prepared)
+    weights = {init.name for init in onnx.load(str(prepared)).graph.initializer}
+    matmuls = [
+        node.name
+        for node in onnx.load(str(prepared)).graph.node
+        if node.op_type == "MatMul" and node.input[1] in weights
+    ]
+    kept = [matmuls[0], matmuls[1], matmuls[-1]]  # two sharing one input, and the last
+    quantize_int8(prepared, tmp_path / "all.onnx", DEFAULT_INT8_RECIPE, ())
+    quantize_int8(prepared, tmp_path / "kept.onnx", DEFAULT_INT8_RECIPE, kept)
+    made = with_float_matmuls(onnx.load(str(tmp_path / "all.onnx")), onnx.load(str(prepared)), kept)
+    assert made is not None
+    assert sorted(n.op_type for n in made.graph.node) == sorted(
+        n.op_type for n in onnx.load(str(tmp_path / "kept.onnx")).graph.node
+    )
+    ids = np.random.default_rng(0).integers(5, detected.spec.vocab_size, size=(2, 9))
+    inputs = EncoderInputs.from_ids(ids, detected.spec.padding_idx)
+
+    def run(model: bytes) -> list[np.ndarray]:
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        return session.run(None, inputs.feeds(names))
+
+    want = run((tmp_path / "kept.onnx").read_bytes())
+    got = run(made.SerializeToString())
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not np.array_equal(got[-1], run((tmp_path / "all.onnx").read_bytes())[-1])
+    # A graph whose MatMuls are not int8 chains is left to the quantizer.
+    assert with_float_matmuls(onnx.load(str(prepared)), onnx.load(str(prepared)), kept) is None

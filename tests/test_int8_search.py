@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from unittest.mock import Mock
 
@@ -33,7 +33,7 @@ from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.plan_search import Built, Int8Search, Quantizer
-from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Rival
+from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Resumed, Rival
 
 ITEMS = [EncoderInputs.from_ids(np.ones((1, 4), dtype=np.int64), 0)]
 
@@ -258,6 +258,23 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     with pytest.raises(OutpacedError) as waiting:
         _search(quantizer, {"l1"}, [], later).run()
     assert waiting.value.deferred and not quantizer.harm_measured
+    # The second round takes up where the first left: no whole plan is built, raced or
+    # judged again, the base's race against the bar since is not run again, and the
+    # first round's notes stay in the record.
+    resume = waiting.value.resume
+    assert isinstance(resume, Resumed) and resume.base.label == "all-int8"
+    assert not any("left until" in note for note in resume.notes)
+    timed = _timed({"all-int8": 0.5, "bf16": 0.8, "l1": 0.6})
+    won = timed("all-int8", "bf16", ITEMS, "openvino bf16", 0.05)
+    raced: list[str] = []
+    monkeypatch.setattr(speed, "race", lambda *args: raced.append(args[0]) or timed(*args))
+    second = FakeQuantizer(whole=["all-int8"], ladder=["l1"])
+    judged: list[str] = []
+    limits = Limits(rivals=bf16.rivals, resumed=replace(resume, races=(won,)))
+    built = _search(second, {"l1"}, judged, limits).run()
+    assert built.record.plan == "l1" and judged == ["l1"]
+    assert second.built == ["l1"] and second.harm_measured and raced == ["l1"]
+    assert built.record.refused == resume.notes
 
 
 def test_a_search_refused_on_accuracy_alone_says_the_annotation():
@@ -343,7 +360,8 @@ def test_auto_tries_cheap_plans_first_and_bounds_the_rest_by_the_fastest_that_pa
         rivals = tuple((rival.name, rival.margin) for rival in limit.rivals)
         calls.append((label, rivals, limit.ladders))
         if label == "cpu int8" and not limit.ladders:
-            raise OutpacedError("ladders later", deferred=True, base="base")
+            base = Built("all-int8", "all-int8", "base", _report)
+            raise OutpacedError("ladders later", resume=Resumed(("whole plans",), base))
         if label not in passing:
             raise AgreementError("changed", finding=f"{label} changed tags")
         location.module = _module(label)

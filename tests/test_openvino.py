@@ -413,8 +413,8 @@ def test_dynamic_int8_is_tried_only_where_activations_are_quantized_at_run_time(
         plans = openvino_runtime.openvino_key(Precision.INT8)["int8_plans"]
         listed = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic]
         baseline = "bf16" if cpu.bf16 else "fp32"
-        static = ["static int8", "static int8, feed-forward outputs float"]
-        assert plans == [*static, *listed, "float layers", f"faster than {baseline}", SEARCH_RULE]
+        assert [plan for plan in plans if plan.startswith("dynamic int8")] == listed
+        assert plans[-2:] == [f"faster than {baseline}", SEARCH_RULE]
 
 
 def test_openvino_missing_names_the_extra(

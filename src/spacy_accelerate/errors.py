@@ -88,14 +88,18 @@ class NoFasterPlanError(PrecisionUnavailableError):
 class OutpacedError(NoFasterPlanError):
     """Under ``precision="auto"``: no plan of a lossy precision could beat the fastest plan
     that had already passed, so that precision was not searched further (and nothing was
-    stored: asked for by name, it is searched in full). ``deferred``: an int8 search that
-    left its ladders for later, whose all-int8 plan (its session: ``base``) could still
-    win."""
+    stored: asked for by name, it is searched in full). ``resume``: where an int8 search
+    that left its ladders for later, with an all-int8 plan that could still win, takes up
+    again (a :class:`~spacy_accelerate.verify.speed.Resumed`)."""
 
-    def __init__(self, message: str, *, deferred: bool = False, base: object = None) -> None:
+    def __init__(self, message: str, *, resume: object = None) -> None:
         super().__init__(message)
-        self.deferred = deferred
-        self.base = base
+        self.resume = resume
+
+    @property
+    def deferred(self) -> bool:
+        """Whether an int8 search left its ladders for later."""
+        return self.resume is not None
 
 
 class InvalidInputError(SpacyAccelerateError, ValueError):

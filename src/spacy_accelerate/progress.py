@@ -41,7 +41,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Generator, Iterable, Iterator, Sequence, Sized
 from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
@@ -172,7 +172,7 @@ def step(what: str, total: int | None = None) -> Iterator[Step]:
         current.close()
 
 
-def track(items: Iterable[T], what: str, total: int | None = None) -> Iterator[T]:
+def track(items: Iterable[T], what: str, total: int | None = None) -> Generator[T, None, None]:
     """``items``, one :func:`step` advanced as each is done (``total``: by default their
     ``len()``, where they have one)."""
     if total is None and isinstance(items, Sized):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,17 @@ class EncoderInputs:
             "token_type_ids": self.token_type_ids,
         }
         return {name: arrays[name] for name in names}
+
+    def rows(self) -> Iterator[EncoderInputs]:
+        """Each row on its own, cut to its real pieces: what a measurement made on the
+        pieces' outputs (int8 statistics, harm) runs without computing the padding."""
+        for row in range(self.input_ids.shape[0]):
+            real = self.attention_mask[row].astype(bool)
+            yield EncoderInputs(
+                self.input_ids[row : row + 1, real],
+                self.attention_mask[row : row + 1, real],
+                self.token_type_ids[row : row + 1, real],
+            )
 
     def as_torch(self, spec: EncoderSpec) -> dict[str, torch.Tensor]:
         """Keyword arguments for a Hugging Face model with the same inputs."""

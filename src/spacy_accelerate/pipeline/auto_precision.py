@@ -53,7 +53,7 @@ from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.record import BuildRecord
-from spacy_accelerate.verify.speed import LOSSY_MARGIN, Limits, Rival, races
+from spacy_accelerate.verify.speed import LOSSY_MARGIN, Limits, Resumed, Rival, races
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -276,7 +276,7 @@ class AutoSearch:
     that a plan that cannot win is never judged. The int8 searches run in
     two rounds: every backend's whole plans first (the last search goes on to its ladders
     at once), then, where none passed, the other ladders whose all-int8 plan can still
-    beat the bar the first round set. Each plan that passes
+    beat the bar the first round set, each search taking up where it left. Each plan that passes
     is timed in the pipeline at once, then all of them in turns, and :func:`fastest` picks
     the one served (a lossier plan only where it beats a less lossy one by the margin)."""
 
@@ -299,22 +299,23 @@ class AutoSearch:
 
     def run(self, candidates: Sequence[Candidate]) -> Choice:
         judging = "precision='auto': building and judging each candidate"
-        deferred: dict[str, tuple[Candidate, object]] = {}
+        deferred: dict[str, tuple[Candidate, Resumed]] = {}
         ordered = sorted(candidates, key=stage)
         for candidate in progress.track(ordered, judging):
             progress.note(candidate.label)
             # An int8 search leaves its ladders for later while another one's whole plans
             # are still to come (they may set a higher bar); the last one need not.
             later = any(stage(other) == 2 for other in ordered[ordered.index(candidate) + 1 :])
-            base = self.serve(
+            resume = self.serve(
                 candidate, ladders=not (self.prune and stage(candidate) == 2 and later)
             )
-            if base is not None:
-                deferred[candidate.label] = (candidate, base)
-        for candidate, base in deferred.values():  # the ladders, against the bar set since
-            if self.can_win(candidate, base):
+            if resume is not None:
+                deferred[candidate.label] = (candidate, resume)
+        for candidate, first in deferred.values():  # the ladders, against the bar set since
+            resumed = self.can_win(candidate, first)
+            if resumed is not None:
                 progress.note(f"{candidate.label}: units back in float")
-                self.serve(candidate, ladders=True)
+                self.serve(candidate, ladders=True, resumed=resumed)
         if not self.served:
             raise self.nothing_served()
         self.race()
@@ -355,46 +356,54 @@ class AutoSearch:
         lossier = stage(winner.candidate) < stage(candidate)
         return winner, LOSSY_MARGIN if lossier else 0.0
 
-    def limits(self, candidate: Candidate, ladders: bool) -> dict[str, Limits]:
+    def limits(
+        self, candidate: Candidate, ladders: bool, resumed: Resumed | None = None
+    ) -> dict[str, Limits]:
         """Per component, the limits of ``candidate``'s build: the bar's session to outrun
-        (a lossy candidate, in the pruned search) and whether its ladders may run now."""
+        (a lossy candidate, in the pruned search), whether its ladders may run now, and the
+        first round a second one takes up (one transformer only: with more, which one's
+        search left its ladders is not known, and each searches anew)."""
         bar = self.bar(candidate) if self.prune and stage(candidate) > 0 else None
+        single = resumed if len(self.locations) == 1 else None
         limits: dict[str, Limits] = {}
         for index, location in enumerate(self.locations):
             module = bar[0].modules[index] if bar is not None else None
             rivals: tuple[Rival, ...] = ()
             if isinstance(module, AcceleratedModule) and bar is not None:
                 rivals = (Rival(bar[0].candidate.label, module.session, bar[1]),)
-            limits[location.component] = Limits(rivals=rivals, ladders=ladders)
+            limits[location.component] = Limits(rivals=rivals, ladders=ladders, resumed=single)
         return limits
 
-    def can_win(self, candidate: Candidate, base: object) -> bool:
-        """Whether a deferred int8 search's all-int8 plan (``base``, its session: that of
-        the one transformer, else None) still beats the bar every whole plan has set since:
-        if not, no plan of its ladders can."""
+    def can_win(self, candidate: Candidate, first: Resumed) -> Resumed | None:
+        """Where a deferred int8 search's second round takes up (``first``, with its base's
+        race against the bar every whole plan has set since), or None where its all-int8
+        plan, the fastest plan of its ladders, no longer beats that bar: then none can."""
         bar = self.bar(candidate)
-        if base is True or bar is None or len(self.locations) != 1:
-            return True
+        if bar is None or len(self.locations) != 1:
+            return first
         module = bar[0].modules[0]
         if not isinstance(module, AcceleratedModule):
-            return True
+            return first
         rival = Rival(bar[0].candidate.label, module.session, bar[1])
-        lost = races(cast(Session, base), (rival,), self.source.full.items)[-1]
-        if lost.faster:
-            return True
+        raced = races(cast(Session, first.base.session), (rival,), self.source.full.items)
+        if raced[-1].faster:
+            return replace(first, races=tuple(raced))
         self.refused[candidate.label] += (
-            f" | units back in float: not tried (its all-int8 plan was {lost.finding()})"
+            f" | units back in float: not tried (its all-int8 plan was {raced[-1].finding()})"
         )
-        return False
+        return None
 
-    def serve(self, candidate: Candidate, *, ladders: bool) -> object:
-        """Serve ``candidate`` as if asked for by name (within its limits), time it once in
-        the pipeline, and put the previous modules back; a refusal is recorded. Returns the
-        all-int8 session of an int8 search that left its ladders for later with an
-        all-int8 plan that could win (``True`` where there is no session to race), else
+    def serve(
+        self, candidate: Candidate, *, ladders: bool, resumed: Resumed | None = None
+    ) -> Resumed | None:
+        """Serve ``candidate`` as if asked for by name (within its limits; ``resumed``: an
+        int8 search's second round), time it once in the pipeline, and put the previous
+        modules back; a refusal is recorded. Returns where an int8 search that left its
+        ladders for later, with an all-int8 plan that could win, takes up again, else
         None."""
+        limits = self.limits(candidate, ladders, resumed)
         try:
-            self.accelerate(_as_request(self.config, candidate), self.limits(candidate, ladders))
+            self.accelerate(_as_request(self.config, candidate), limits)
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
             if isinstance(error, ProviderUnavailableError) and not isinstance(
                 error, NoFasterPlanError
@@ -404,8 +413,8 @@ class AutoSearch:
                 error.finding if isinstance(error, AgreementError) else str(error)
             )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
-            if isinstance(error, OutpacedError) and error.deferred:
-                return error.base if error.base is not None else True
+            if isinstance(error, OutpacedError) and isinstance(error.resume, Resumed):
+                return error.resume
             return None
         self.refused.pop(candidate.label, None)
         modules = [location.module for location in self.locations]

@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.provision.get_or_export import ExportedModel, Origin
 from spacy_accelerate.runtime.session import Session
-from spacy_accelerate.verify.agreement import AgreementReport, compare
+from spacy_accelerate.verify.agreement import AgreementReport, RunningAgreement, compare
 from spacy_accelerate.verify.calibration import Calibration, Judge
 from spacy_accelerate.verify.verification import PROBE_TEXTS
 
@@ -291,9 +291,17 @@ def calibration_source(
 def annotate(
     nlp: Language, texts: Sequence[str], what: str | None = None, *, shortest_first: bool = True
 ) -> list[Doc]:
-    """``nlp``'s documents for ``texts``, in their order, as the gate, the autocast
-    reference and the timing run it; said as the progress step ``what`` where given (not
-    where it is timed).
+    """``nlp``'s documents for ``texts``, in their order, as the autocast reference and the
+    timing run it (see :func:`annotated`)."""
+    by_index = dict(annotated(nlp, texts, what, shortest_first=shortest_first))
+    return [by_index[index] for index in range(len(texts))]
+
+
+def annotated(
+    nlp: Language, texts: Sequence[str], what: str | None = None, *, shortest_first: bool = True
+) -> Generator[tuple[int, Doc], None, None]:
+    """``nlp``'s document of each of ``texts`` with the text's index, as each is done; said
+    as the progress step ``what`` where given (not where it is timed).
 
     With ``shortest_first`` the texts go through the pipeline in order of length: spaCy
     pads every span of a batch to its longest one and PyTorch runs the padding, so texts
@@ -304,10 +312,11 @@ def annotate(
     order = list(range(len(texts)))
     if shortest_first:
         order.sort(key=lambda index: len(texts[index]))
-    stream = nlp.pipe((texts[index] for index in order), batch_size=32)
-    tracked = stream if what is None else progress.track(stream, what, len(texts))
-    by_index = dict(zip(order, tracked, strict=True))
-    return [by_index[index] for index in range(len(texts))]
+    stream: Iterator[Doc] = nlp.pipe((texts[index] for index in order), batch_size=32)
+    with ExitStack() as stack:  # a pass stopped early still closes its progress step
+        if what is not None:
+            stream = stack.enter_context(closing(progress.track(stream, what, len(texts))))
+        yield from zip(order, stream, strict=True)
 
 
 def autocast_agreement(source: CalibrationSource) -> AgreementReport:
@@ -332,8 +341,12 @@ def check_agreement(
     or an :class:`AgreementError` naming the first annotation whose 95% lower bound is
     below its bound in ``bounds`` (or, with ``floor``, that falls further below it than
     :data:`~spacy_accelerate.verify.agreement.AUTOCAST_MARGIN`)."""
-    judging = "judging the plan: the pipeline annotates the calibration texts with it"
-    report = compare(calibration.docs, annotate(nlp, calibration.texts, judging))
+    running = RunningAgreement(calibration.docs)
+    docs = _judged_docs(nlp, calibration.texts, running, bounds, floor)
+    hopeless = running.hopeless(bounds, floor)
+    if hopeless is not None:  # stopped early: what was counted already refuses the plan
+        _refuse(f"{hopeless}; every rate so far: {running.so_far().describe() or 'none'}")
+    report = compare(calibration.docs, docs)
     if not report.rates:
         logger.warning(
             "spacy-accelerate: the pipeline sets none of the annotations the agreement gate "
@@ -342,15 +355,40 @@ def check_agreement(
         )
     finding = report.refusal(bounds, floor)
     if finding is not None:
-        finding = f"{finding}; every rate: {report.describe()}"
-        raise AgreementError(
-            f"The pipeline's {finding}, so this plan was not served and the pipeline is "
-            "unchanged. Use precision='fp32' (or 'auto', the fastest plan that passes), "
-            "calibrate on texts like yours (calibration_texts=...), or lower min_agreement "
-            "for that annotation (min_agreement={...: bound}) if this is enough for you.",
-            finding=finding,
-        )
+        _refuse(f"{finding}; every rate: {report.describe()}")
     return report
+
+
+def _judged_docs(
+    nlp: Language,
+    texts: Sequence[str],
+    running: RunningAgreement,
+    bounds: AgreementBounds,
+    floor: AgreementReport | None,
+) -> list[Doc]:
+    """The candidate's documents of ``texts`` in their order, each counted in ``running``;
+    fewer where a document leaves the plan no way to pass (:meth:`RunningAgreement.hopeless`):
+    the pass stops there."""
+    docs: dict[int, Doc] = {}
+    if running.hopeless(bounds, floor) is None:
+        judging = "judging the plan: the pipeline annotates the calibration texts with it"
+        with closing(annotated(nlp, texts, judging)) as stream:
+            for index, doc in stream:
+                docs[index] = doc
+                running.add(index, doc)
+                if running.hopeless(bounds, floor) is not None:
+                    break
+    return [docs[index] for index in sorted(docs)]
+
+
+def _refuse(finding: str) -> NoReturn:
+    raise AgreementError(
+        f"The pipeline's {finding}, so this plan was not served and the pipeline is "
+        "unchanged. Use precision='fp32' (or 'auto', the fastest plan that passes), "
+        "calibrate on texts like yours (calibration_texts=...), or lower min_agreement "
+        "for that annotation (min_agreement={...: bound}) if this is enough for you.",
+        finding=finding,
+    )
 
 
 def agreement_judge(

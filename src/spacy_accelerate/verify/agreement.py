@@ -85,38 +85,17 @@ class AgreementReport:
         """Why these rates may not be served under ``bounds`` (the first annotation that
         fails, with its figures), or None. ``floor``: a reference plan (PyTorch's bf16
         autocast) whose rates these may fall at most :data:`AUTOCAST_MARGIN` below."""
+        refused = self.refused(bounds, floor)
+        return None if refused is None else refused[1]
+
+    def refused(
+        self, bounds: AgreementBounds, floor: AgreementReport | None = None
+    ) -> tuple[Annotation, str] | None:
+        """The first annotation that fails (see :meth:`refusal`) and why, or None."""
         for annotation, measured in self.rates:
-            bound = bounds.bound(annotation)
-            units = UNITS.get(annotation, "tokens")
-            best = wilson_lower(measured.total, measured.total)
-            if bound < 1.0 and best < bound:  # even no change at all could not pass
-                needed = math.ceil(Z_95**2 * bound / (1 - bound))
-                return (
-                    f"{annotation.value}: {measured.total:,} calibration {units} cannot show "
-                    f"min_agreement {bound:.2%} (even with none changed, the 95% lower bound "
-                    f"is {best:.2%}; it takes at least {needed:,}): give more calibration_texts "
-                    f"or a lower bound for {annotation.value!r}"
-                )
-            if bound >= 1.0 and measured.same < measured.total:  # 1.0: nothing may change
-                return (
-                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-                    f"{measured.total:,} calibration {units} ({measured.total - measured.same:,}"
-                    " changed; min_agreement 100% allows none)"
-                )
-            if bound < 1.0 and measured.lower < bound:
-                return (
-                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-                    f"{measured.total:,} calibration {units} (95% lower bound "
-                    f"{measured.lower:.2%} < min_agreement {bound:.2%})"
-                )
-            reference = floor.rate(annotation) if floor is not None else None
-            if reference is not None and measured.rate < reference.rate - AUTOCAST_MARGIN:
-                return (
-                    f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-                    f"{measured.total:,} calibration {units}, more than "
-                    f"{AUTOCAST_MARGIN:.2%} below PyTorch's own bf16 autocast "
-                    f"({reference.rate:.2%})"
-                )
+            why = _refusal(annotation, measured, bounds.bound(annotation), floor)
+            if why is not None:
+                return annotation, why
         return None
 
     def describe(self) -> str:
@@ -140,6 +119,43 @@ class AgreementReport:
             for name, entry in recorded.items()
         }
         return cls(tuple((a, rates[a]) for a in Annotation if a in rates))
+
+
+def _refusal(
+    annotation: Annotation, measured: Rate, bound: float, floor: AgreementReport | None
+) -> str | None:
+    """Why ``measured`` fails ``bound`` (or falls too far below ``floor``), or None."""
+    units = UNITS.get(annotation, "tokens")
+    best = wilson_lower(measured.total, measured.total)
+    if bound < 1.0 and best < bound:  # even no change at all could not pass
+        needed = math.ceil(Z_95**2 * bound / (1 - bound))
+        return (
+            f"{annotation.value}: {measured.total:,} calibration {units} cannot show "
+            f"min_agreement {bound:.2%} (even with none changed, the 95% lower bound "
+            f"is {best:.2%}; it takes at least {needed:,}): give more calibration_texts "
+            f"or a lower bound for {annotation.value!r}"
+        )
+    if bound >= 1.0 and measured.same < measured.total:  # 1.0: nothing may change
+        return (
+            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+            f"{measured.total:,} calibration {units} ({measured.total - measured.same:,}"
+            " changed; min_agreement 100% allows none)"
+        )
+    if bound < 1.0 and measured.lower < bound:
+        return (
+            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+            f"{measured.total:,} calibration {units} (95% lower bound "
+            f"{measured.lower:.2%} < min_agreement {bound:.2%})"
+        )
+    reference = floor.rate(annotation) if floor is not None else None
+    if reference is not None and measured.rate < reference.rate - AUTOCAST_MARGIN:
+        return (
+            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+            f"{measured.total:,} calibration {units}, more than "
+            f"{AUTOCAST_MARGIN:.2%} below PyTorch's own bf16 autocast "
+            f"({reference.rate:.2%})"
+        )
+    return None
 
 
 def compare(reference: Sequence[Doc], candidate: Sequence[Doc]) -> AgreementReport:
@@ -187,3 +203,71 @@ def _decided(doc: Doc, label: str) -> bool:
     """Whether ``doc`` is assigned ``label``: one decision per document and label, so a
     few hundred documents still give the gate enough units."""
     return doc.cats.get(label, 0.0) >= CATS_THRESHOLD
+
+
+class RunningAgreement:
+    """The agreement of a candidate's documents counted as they come, so a judge can stop
+    at the first document after which no outcome of the rest could pass: the reference
+    documents are all known, so each annotation's count of units is too, and the best
+    the candidate can still reach is every unit left agreeing (:meth:`hopeless`). The
+    verdict is the one the whole pass would give; only its cost is cut. Spans are left
+    out (their units are the spans either pipeline found, not known beforehand): the
+    whole pass still judges them."""
+
+    def __init__(self, reference: Sequence[Doc]) -> None:
+        self.reference = reference
+        self.readers = {
+            annotation: read
+            for annotation, (name, read) in _TOKEN_READERS.items()
+            if any(doc.has_annotation(name) for doc in reference)
+        }
+        tokens = sum(len(doc) for doc in reference)
+        self.totals = {annotation: tokens for annotation in self.readers}
+        if any(doc.cats for doc in reference):
+            self.totals[Annotation.CATS] = sum(len(doc.cats) for doc in reference)
+        self.same = dict.fromkeys(self.totals, 0)
+        self.seen = dict.fromkeys(self.totals, 0)
+        self.documents = 0
+
+    def add(self, index: int, candidate: Doc) -> None:
+        """Count ``candidate``, the candidate's document of the ``index``-th text."""
+        expected = self.reference[index]
+        for annotation, read in self.readers.items():
+            self.seen[annotation] += len(expected)
+            self.same[annotation] += sum(
+                read(a) == read(b) for a, b in zip(expected, candidate, strict=True)
+            )
+        if Annotation.CATS in self.totals:
+            self.seen[Annotation.CATS] += len(expected.cats)
+            self.same[Annotation.CATS] += sum(
+                _decided(expected, label) == _decided(candidate, label) for label in expected.cats
+            )
+        self.documents += 1
+
+    def so_far(self) -> AgreementReport:
+        """The rates of the documents counted so far."""
+        return AgreementReport(
+            tuple((a, Rate(self.same[a], self.seen[a])) for a in self.totals if self.seen[a])
+        )
+
+    def hopeless(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> str | None:
+        """Why the candidate fails whatever the documents left hold (the refusal of its
+        best case, every unit left agreeing, with the count that forced it), or None while
+        it may still pass."""
+        best = AgreementReport(
+            tuple(
+                (a, Rate(self.same[a] + total - self.seen[a], total))
+                for a, total in self.totals.items()
+            )
+        )
+        refused = best.refused(bounds, floor)
+        if refused is None:
+            return None
+        annotation, why = refused
+        if not self.documents:
+            return why
+        changed = self.seen[annotation] - self.same[annotation]
+        return (
+            f"{why} at best: {changed:,} changed in the first {self.documents} of "
+            f"{len(self.reference)} texts, and judging stopped there"
+        )

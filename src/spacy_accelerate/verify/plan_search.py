@@ -19,7 +19,9 @@ harms the outputs on the calibration texts (:func:`sensitivity_ladder`). The sea
    starting from the base's race),
    and :func:`bisect_ladder` finds, among those only, the fewest float units that pass.
    Where the base lost, the ladder and ONNX Runtime's per-MatMul harm measurement are
-   skipped, and the record says so.
+   skipped, and the record says so. Under ``precision="auto"`` a search may leave its
+   ladders for later (:attr:`~.speed.Limits.ladders`); its second round takes up where
+   the first left (:class:`~.speed.Resumed`), its whole plans not built again.
 
 Every plan refused, with its reason and rates, is kept (shown in the error and recorded in
 the cache entry's manifest), and the files of every plan but the served one are removed.
@@ -50,14 +52,23 @@ from spacy_accelerate.verify.agreement import AgreementReport
 from spacy_accelerate.verify.calibration import Judge
 from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.record import BuildRecord, BuiltModel
-from spacy_accelerate.verify.speed import LOSSY_MARGIN, NO_LIMITS, Limits, Race, Rival, races
+from spacy_accelerate.verify.speed import (
+    LOSSY_MARGIN,
+    NO_LIMITS,
+    Limits,
+    Race,
+    Resumed,
+    Rival,
+    races,
+)
 
 logger = logging.getLogger("spacy_accelerate")
 
 #: The search's rule, in both backends' cache keys: a changed search may serve another plan.
 SEARCH_RULE = (
     f"whole plans raced against the float plan (by {LOSSY_MARGIN:.0%}) and judged fastest "
-    "first; then units back in float by measured harm, bisected, where all-int8 outruns it"
+    "first; then units back in float by harm measured on unpadded rows, bisected, where "
+    "all-int8 outruns it"
 )
 
 S = TypeVar("S", bound=Session)
@@ -190,10 +201,18 @@ class Int8Search(Generic[S, P]):
         self.begun = 0
         self.built: dict[str, Built[S, P]] = {}  # by label: each plan is built once
         self.races: dict[str, list[Race]] = {}  # by label: its races, up to the first lost
+        resumed = limits.resumed
+        if resumed is not None:  # the second round: the first one's base and notes
+            base: Built[S, P] = resumed.base
+            self.refused.extend(resumed.notes)
+            self.built[base.label] = base
+            if resumed.races:
+                self.races[base.label] = list(resumed.races)
         #: Whether a plan was passed over for speed by an outside rival.
         self.outrun_from_outside = False
-        #: The ladders' base, where they were left for later (:attr:`Limits.ladders`).
-        self.deferred: Built[S, P] | None = None
+        #: Where a second round takes up, where the ladders were left for later
+        #: (:attr:`Limits.ladders`).
+        self.deferred: Resumed | None = None
         #: Whether speed had the last word: the ladder skipped because its base lost its
         #: race, or the ladder's plan that passed losing its own.
         self.too_slow = False
@@ -211,7 +230,9 @@ class Int8Search(Generic[S, P]):
         plan), or the refusal (:meth:`refusal`); every other candidate's files are
         removed."""
         try:
-            chosen = self.whole() or self.ladder()
+            # A second round goes straight to the ladders: the first refused every whole plan.
+            whole = self.whole() if self.limits.resumed is None else None
+            chosen = whole or self.ladder()
             if chosen is None:
                 raise self.refusal()
             self.quantizer.serve(chosen.built)
@@ -277,8 +298,8 @@ class Int8Search(Generic[S, P]):
             self.too_slow = True
             return None
         if not self.limits.ladders:
+            self.deferred = Resumed(tuple(self.refused), base)
             self.note("units back in float: left until every backend's whole plans are known")
-            self.deferred = base
             return None
         for ladder in self.quantizer.ladders(base):
             fast = self.fast_prefix(ladder, base)
@@ -428,8 +449,7 @@ class Int8Search(Generic[S, P]):
             return OutpacedError(
                 f"No int8 plan keeps this model within the gate and runs faster than {names} "
                 f"here. Plans tried: {self.tried()}",
-                deferred=self.deferred is not None,
-                base=self.deferred.session if self.deferred is not None else None,
+                resume=self.deferred,
             )
         if self.too_slow:
             baseline = self.quantizer.baseline().name

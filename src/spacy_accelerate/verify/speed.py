@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.runtime.session import Session
@@ -140,14 +141,31 @@ class Rival:
 
 
 @dataclass(frozen=True)
+class Resumed:
+    """The first round of an int8 search that refused every whole plan and left its
+    ladders for later (:attr:`Limits.ladders`): what its second round starts from, so that
+    no whole plan is quantized, raced or judged twice."""
+
+    #: Every plan the first round refused or did not try, and why.
+    notes: tuple[str, ...]
+    #: The ladders' base (the all-int8 plan) as the first round built it: a plan search's
+    #: ``Built``, whose session a wider search races against the bar set since.
+    base: Any
+    #: The base's races against the second round's rivals (empty: not raced yet).
+    races: tuple[Race, ...] = ()
+
+
+@dataclass(frozen=True)
 class Limits:
     """What bounds one lossy build inside a wider search (``precision="auto"``'s): the
-    rivals it must outrun (in place of its backend's own float plan), and whether an int8
+    rivals it must outrun (in place of its backend's own float plan), whether an int8
     search may go on to its ladders now, or must leave them for later (``auto`` first
-    tries every backend's whole plans, which set the bar a ladder must clear)."""
+    tries every backend's whole plans, which set the bar a ladder must clear), and where
+    such a search's second round takes up (``resumed``)."""
 
     rivals: tuple[Rival, ...] = ()
     ladders: bool = True
+    resumed: Resumed | None = None
 
 
 #: A build asked for by name: its backend's own float plan to outrun, every ladder.

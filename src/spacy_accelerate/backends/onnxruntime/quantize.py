@@ -38,6 +38,7 @@ from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, graph_plan, o
 from spacy_accelerate.cpu_features import CpuFeatures
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.verify.calibration import spread
 from spacy_accelerate.verify.plan_search import (
     SEARCH_RULE,
     Built,
@@ -115,17 +116,24 @@ def prepare(source: Path, target: Path) -> None:
         file.write(mark.SerializeToString())
 
 
-#: Calibration items each MatMul's harm is measured on: the ranking needs only the order
-#: of the MatMuls, and each one costs a run of the model over them.
-HARM_ITEMS = 2
+#: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
+#: over the texts (their genres), each without its padding: the ranking needs only the
+#: order of the MatMuls, and each one costs a run of the model over them. Two whole items
+#: (16 padded rows) took 277 s for trf-base's 72 MatMuls on two EPYC CPUs.
+HARM_ROWS = 4
+
+
+def harm_rows(items: Sequence[EncoderInputs], count: int = HARM_ROWS) -> list[EncoderInputs]:
+    """The first row of ``count`` items spread over ``items``, each cut to its real pieces."""
+    return [next(item.rows()) for item in spread(items, count)]
 
 
 def matmul_harm(
     prepared: Path, items: Sequence[EncoderInputs], recipe: Int8Recipe
 ) -> dict[str, float]:
     """Per MatMul with a constant weight (by node name): how far the model's outputs move
-    on the first calibration items when that MatMul alone is int8 (one minus the mean
-    cosine of the pieces, averaged over the hidden states).
+    on a few calibration rows (:func:`harm_rows`) when that MatMul alone is int8 (one
+    minus the mean cosine of the pieces, averaged over the hidden states).
 
     Why end to end and not the MatMul's own error: on minilm-ewt the final feed-forward
     output has the smallest error of its own (1.2% per piece) yet, alone in int8,
@@ -142,20 +150,20 @@ def matmul_harm(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
     names = [i.name for i in session.get_inputs() if i.name not in switches.values()]
-    rows = list(items[:HARM_ITEMS])
+    rows = harm_rows(items)
     off = {switch: np.array(False) for switch in switches.values()}
 
     def outputs(switch: str | None) -> list[list[np.ndarray]]:
         flags = {**off, switch: np.array(True)} if switch else off
-        return [session.run(None, {**item.feeds(names), **flags}) for item in rows]
+        return [session.run(None, {**row.feeds(names), **flags}) for row in rows]
 
     reference = outputs(None)
     harm: dict[str, float] = {}
     measuring = "measuring each MatMul's int8 harm on the calibration texts"
     for name, switch in progress.track(switches.items(), measuring):
         deficits = [
-            1.0 - float(np.mean(_cosines(actual, expected)[item.attention_mask.astype(bool)]))
-            for item, got, want in zip(rows, outputs(switch), reference, strict=True)
+            1.0 - float(np.mean(_cosines(actual, expected)))
+            for got, want in zip(outputs(switch), reference, strict=True)
             for actual, expected in zip(got, want, strict=True)
         ]
         harm[name] = float(np.mean(deficits))
@@ -165,11 +173,12 @@ def matmul_harm(
 def switchable_model(
     model: onnx.ModelProto, recipe: Int8Recipe
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """``model`` with every MatMul that has a constant weight given an int8 twin: its
-    input through ``DynamicQuantizeLinear`` and back (what ONNX Runtime's dynamic int8 does
-    to activations: per tensor, uint8 with a zero point) times its weight rounded as
-    ``recipe`` rounds it, selected by a boolean input of its own (off: the float
-    MatMul). Returns the model and each MatMul's switch input by node name."""
+    """``model`` with every MatMul that has a constant weight made an ``If`` on a boolean
+    input of its own: off, the float MatMul; on, its int8 twin, the input through
+    ``DynamicQuantizeLinear`` and back (what ONNX Runtime's dynamic int8 does to
+    activations: per tensor, uint8 with a zero point) times the weight rounded as
+    ``recipe`` rounds it. Only the branch taken runs, so a measurement costs one model's
+    time. Returns the model and each MatMul's switch input by node name."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -177,15 +186,14 @@ def switchable_model(
     nodes: list[onnx.NodeProto] = []
     switches: dict[str, str] = {}
     for node in graph.node:
-        nodes.append(node)
         if not (node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in weights):
+            nodes.append(node)
             continue
         tag = f"harm{len(switches)}"
         source, weight, target = node.input[0], node.input[1], node.output[0]
         rounded = _int8_weight(numpy_helper.to_array(weights[weight]), recipe)
         graph.initializer.append(numpy_helper.from_array(rounded.astype(np.float32), f"{tag}_w"))
-        node.output[0] = f"{tag}_float"
-        nodes += [
+        quantized = [
             helper.make_node(
                 "DynamicQuantizeLinear", [source], [f"{tag}_q", f"{tag}_s", f"{tag}_z"]
             ),
@@ -193,13 +201,31 @@ def switchable_model(
                 "DequantizeLinear", [f"{tag}_q", f"{tag}_s", f"{tag}_z"], [f"{tag}_x"]
             ),
             helper.make_node("MatMul", [f"{tag}_x", f"{tag}_w"], [f"{tag}_int8"]),
-            helper.make_node("Where", [tag, f"{tag}_int8", f"{tag}_float"], [target]),
         ]
+        plain = [helper.make_node("MatMul", [source, weight], [f"{tag}_float"])]
+        nodes.append(
+            helper.make_node(
+                "If",
+                [tag],
+                [target],
+                name=f"{tag}_if",
+                then_branch=_branch(f"{tag}_on", quantized, f"{tag}_int8"),
+                else_branch=_branch(f"{tag}_off", plain, f"{tag}_float"),
+            )
+        )
         graph.input.append(helper.make_tensor_value_info(tag, onnx.TensorProto.BOOL, []))
         switches[node.name] = tag
     del graph.node[:]
     graph.node.extend(nodes)
     return model, switches
+
+
+def _branch(name: str, nodes: list[onnx.NodeProto], output: str) -> onnx.GraphProto:
+    """A branch of an ``If``: ``nodes`` reading the outer graph's tensors, one float output."""
+    from onnx import helper
+
+    value = helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None)
+    return helper.make_graph(nodes, name, [], [value])
 
 
 def _int8_weight(weight: np.ndarray, recipe: Int8Recipe) -> np.ndarray:
@@ -238,6 +264,89 @@ def quantize_int8(prepared: Path, target: Path, recipe: Int8Recipe, kept: Sequen
             extra_options={"MatMulConstBOnly": True, "DefaultTensorType": TensorProto.FLOAT},
         )
     logger.debug("quantized %s to int8 (%s, %d MatMuls kept float)", target.name, recipe, len(kept))
+
+
+#: The operators of one dynamically quantized MatMul, between its activations'
+#: ``DynamicQuantizeLinear`` and its output (as ``quantize_dynamic`` makes them, and the
+#: fused form).
+_INT8_MATMUL_OPS = frozenset({"MatMulInteger", "Cast", "Mul", "DynamicQuantizeMatMul"})
+
+
+def with_float_matmuls(
+    quantized: onnx.ModelProto, prepared: onnx.ModelProto, kept: Sequence[str]
+) -> onnx.ModelProto | None:
+    """A copy of ``quantized`` (every MatMul dynamic int8) with the MatMuls named in
+    ``kept`` back as ``prepared``'s float MatMuls: the model ``quantize_dynamic`` makes
+    with them in ``nodes_to_exclude`` (a test holds the two to the same outputs), in a
+    fraction of a second instead of seconds of a base model's ladder plan.
+
+    Each int8 MatMul is the chain of nodes that computes the float MatMul's output from
+    the activations' ``DynamicQuantizeLinear`` and the weight's constants; it is replaced
+    by the float node, and what nothing reads any more is dropped. None where a chain is
+    not found as expected (another quantizer's layout): the plan is quantized instead."""
+    originals = [node for node in prepared.graph.node if node.name in set(kept)]
+    if len(originals) != len(set(kept)):
+        return None
+    model = onnx.ModelProto()
+    model.CopyFrom(quantized)
+    graph = model.graph
+    nodes: list[onnx.NodeProto | None] = list(graph.node)
+    producers = {output: index for index, node in enumerate(graph.node) for output in node.output}
+    weights = {init.name: init for init in prepared.graph.initializer}
+    present = {init.name for init in graph.initializer}
+    for original in originals:
+        chain = _int8_chain(original.output[0], graph, producers)
+        if chain is None:
+            return None
+        for index in chain:
+            nodes[index] = None
+        nodes[min(chain)] = original  # where the chain began: its inputs exist by then
+        if original.input[1] not in present:
+            graph.initializer.append(weights[original.input[1]])
+            present.add(original.input[1])
+    del graph.node[:]
+    graph.node.extend(node for node in nodes if node is not None)
+    _drop_unread(graph)
+    return model
+
+
+def _int8_chain(output: str, graph: onnx.GraphProto, producers: dict[str, int]) -> list[int] | None:
+    """The indices of the nodes between ``output`` and the ``DynamicQuantizeLinear`` and
+    constants it is computed from, where they are one int8 MatMul's
+    (:data:`_INT8_MATMUL_OPS`, one int8 product among them), else None."""
+    chain: list[int] = []
+    stack = [output]
+    while stack:
+        index = producers.get(stack.pop())
+        if index is None or index in chain:
+            continue
+        node = graph.node[index]
+        if node.op_type == "DynamicQuantizeLinear":
+            continue
+        if node.op_type not in _INT8_MATMUL_OPS:
+            return None
+        chain.append(index)
+        stack.extend(node.input)
+    products = [
+        i for i in chain if graph.node[i].op_type in {"MatMulInteger", "DynamicQuantizeMatMul"}
+    ]
+    return chain if len(products) == 1 else None
+
+
+def _drop_unread(graph: onnx.GraphProto) -> None:
+    """Remove the ``DynamicQuantizeLinear`` nodes and the initializers nothing reads."""
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    kept = [
+        node
+        for node in graph.node
+        if node.op_type != "DynamicQuantizeLinear" or any(out in read for out in node.output)
+    ]
+    del graph.node[:]
+    graph.node.extend(kept)
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    initializers = [init for init in graph.initializer if init.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
 
 
 @dataclass(frozen=True)
@@ -347,9 +456,33 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
             except Exception as error:  # an ONNX Runtime without 8-bit MatMulNBits
                 raise PlanUnavailable(f"{label}: not available here ({error})") from error
         else:
-            quantize_int8(self.prepared, target, self.recipe, plan.kept)
+            self.write_dynamic(plan, target)
             session = self.open_session(target)
         return Built(plan, label, session, functools.partial(self.job.measure, session))
+
+    def write_dynamic(self, plan: KeptFloat, target: Path) -> None:
+        """The dynamic int8 ``plan`` written to ``target``: a ladder's plan made from the
+        all-int8 model (:func:`with_float_matmuls`), else quantized."""
+        if plan.kept:
+            model = with_float_matmuls(self.all_int8, self.prepared_model, plan.kept)
+            if model is not None:
+                onnx.save(model, str(target))
+                return
+        quantize_int8(self.prepared, target, self.recipe, plan.kept)
+
+    @functools.cached_property
+    def all_int8(self) -> onnx.ModelProto:
+        """The all-int8 plan's model: the file this search built for it, else quantized
+        now (a second round of ``auto``'s search, whose first built it)."""
+        built = self.files.get(self.label(KeptFloat()))
+        if built is None or not built.exists():
+            built = self.files["all-int8"] = self.job.path.with_name(f"int8-{self.job.path.name}")
+            quantize_int8(self.prepared, built, self.recipe, ())
+        return onnx.load(str(built))
+
+    @functools.cached_property
+    def prepared_model(self) -> onnx.ModelProto:
+        return onnx.load(str(self.prepared))
 
     def baseline(self) -> Rival:
         """The fp32 model this provider serves (the exported graph, fused)."""

@@ -100,7 +100,10 @@ def int8_plan_kinds() -> list[str]:
     entry chosen among other plans, or without the speed gate, is not reused)."""
     group = DYNAMIC_INT8_GROUP_SIZE
     dynamic = [f"dynamic int8, groups of {group}, {hint}" for hint in dynamic_int8_hints()]
-    static = ["static int8", "static int8, feed-forward outputs float"]
+    static = [
+        "static int8 (statistics on unpadded rows)",
+        "static int8, feed-forward outputs float",
+    ]
     return [*static, *dynamic, "float layers", f"faster than {speed_baseline()}", SEARCH_RULE]
 
 
