@@ -118,8 +118,8 @@ def prepare(source: Path, target: Path) -> None:
 
 #: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
 #: over the texts (their genres), each without its padding: the ranking needs only the
-#: order of the MatMuls, and each one costs a run of the model over them. Two whole items
-#: (16 padded rows) took 277 s for trf-base's 72 MatMuls on two EPYC CPUs.
+#: order of the MatMuls, and each one costs a run of the model over them (measured in
+#: ``docs/accuracy.md``).
 HARM_ROWS = 4
 
 
@@ -140,8 +140,8 @@ def matmul_harm(
     changed 0.58% of the calibration tags and 4.3% of the dependencies, more than any
     other; earlier layers' errors are partly absorbed by the layers after them.
 
-    One session measures them all (:func:`switchable_model`): quantizing the model once
-    per MatMul took over twelve minutes for trf-base's 72 on two CPUs."""
+    One session measures them all (:func:`switchable_model`), rather than a model
+    quantized once per MatMul, which a base model's 72 would take minutes for."""
     import onnxruntime
 
     model, switches = switchable_model(onnx.load(str(prepared)), recipe)
