@@ -238,6 +238,12 @@ def test_each_matmul_switches_to_its_int8_twin_alone():
 
     assert moved(None) == 0.0  # every switch off: the float model, to the bit
     assert 0.0 < moved("first") < 0.05 < moved("second")
+    # What only the branches read (the rounded weights) counts as read: nothing is dropped.
+    from spacy_accelerate.backends.onnxruntime.quantize import _drop_unread
+
+    before = sorted(init.name for init in switchable.graph.initializer)
+    _drop_unread(switchable.graph)
+    assert sorted(init.name for init in switchable.graph.initializer) == before
 
 
 def test_the_harm_rows_are_spread_over_the_items_without_padding():

@@ -277,6 +277,29 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     assert built.record.refused == resume.notes
 
 
+@pytest.mark.real_speed
+def test_a_second_round_keeps_what_its_first_round_found(monkeypatch: pytest.MonkeyPatch):
+    # Round one: blockwise loses to auto's rival (bf16), all-int8 beats it but changes tags.
+    monkeypatch.setattr(
+        speed, "race", _timed({"all-int8": 0.5, "blockwise": 0.9, "bf16": 0.8, "l1": 0.6})
+    )
+    bf16 = (Rival("openvino bf16", "bf16"),)  # type: ignore[arg-type]
+    first = FakeQuantizer(whole=["all-int8", "blockwise"], ladder=["l1"])
+    with pytest.raises(OutpacedError) as waiting:
+        _search(first, set(), [], Limits(rivals=bf16, ladders=False)).run()
+    resume = waiting.value.resume
+    assert resume.outrun_from_outside
+    assert resume.disagreements == ("all-int8: tag changed by all-int8",)
+    # Round two: the ladder fails too. The refusal is still auto's own (a rival from
+    # outside passed blockwise over), so it is not stored as the by-name verdict.
+    second = FakeQuantizer(whole=["all-int8", "blockwise"], ladder=["l1"])
+    with pytest.raises(OutpacedError) as refused:
+        _search(second, set(), [], Limits(rivals=bf16, resumed=resume)).run()
+    assert not refused.value.deferred
+    assert "blockwise: not faster than openvino bf16" in str(refused.value)
+    assert "l1: tag changed by l1" in str(refused.value)
+
+
 def test_a_search_refused_on_accuracy_alone_says_the_annotation():
     quantizer = FakeQuantizer(whole=["all-int8"], ladder=["f1", "f2"])
     with pytest.raises(AgreementError) as refused:

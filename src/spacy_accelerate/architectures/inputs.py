@@ -46,9 +46,12 @@ class EncoderInputs:
 
     def rows(self) -> Iterator[EncoderInputs]:
         """Each row on its own, cut to its real pieces: what a measurement made on the
-        pieces' outputs (int8 statistics, harm) runs without computing the padding."""
+        pieces' outputs (int8 statistics, harm) runs without computing the padding. A row
+        of padding alone has nothing to measure and is left out."""
         for row in range(self.input_ids.shape[0]):
             real = self.attention_mask[row].astype(bool)
+            if not real.any():
+                continue
             yield EncoderInputs(
                 self.input_ids[row : row + 1, real],
                 self.attention_mask[row : row + 1, real],

@@ -201,13 +201,6 @@ class Int8Search(Generic[S, P]):
         self.begun = 0
         self.built: dict[str, Built[S, P]] = {}  # by label: each plan is built once
         self.races: dict[str, list[Race]] = {}  # by label: its races, up to the first lost
-        resumed = limits.resumed
-        if resumed is not None:  # the second round: the first one's base and notes
-            base: Built[S, P] = resumed.base
-            self.refused.extend(resumed.notes)
-            self.built[base.label] = base
-            if resumed.races:
-                self.races[base.label] = list(resumed.races)
         #: Whether a plan was passed over for speed by an outside rival.
         self.outrun_from_outside = False
         #: Where a second round takes up, where the ladders were left for later
@@ -216,6 +209,15 @@ class Int8Search(Generic[S, P]):
         #: Whether speed had the last word: the ladder skipped because its base lost its
         #: race, or the ladder's plan that passed losing its own.
         self.too_slow = False
+        resumed = limits.resumed
+        if resumed is not None:  # the second round: the first one's base and notes
+            base: Built[S, P] = resumed.base
+            self.refused.extend(resumed.notes)
+            self.disagreements.extend(resumed.disagreements)
+            self.outrun_from_outside = resumed.outrun_from_outside
+            self.built[base.label] = base
+            if resumed.races:
+                self.races[base.label] = list(resumed.races)
 
     @property
     def rivals(self) -> tuple[Rival, ...]:
@@ -298,7 +300,12 @@ class Int8Search(Generic[S, P]):
             self.too_slow = True
             return None
         if not self.limits.ladders:
-            self.deferred = Resumed(tuple(self.refused), base)
+            self.deferred = Resumed(
+                tuple(self.refused),
+                base,
+                outrun_from_outside=self.outrun_from_outside,
+                disagreements=tuple(self.disagreements),
+            )
             self.note("units back in float: left until every backend's whole plans are known")
             return None
         for ladder in self.quantizer.ladders(base):

@@ -153,6 +153,10 @@ class Resumed:
     base: Any
     #: The base's races against the second round's rivals (empty: not raced yet).
     races: tuple[Race, ...] = ()
+    #: Whether a whole plan lost its race to a rival from outside (so a refusal is
+    #: ``auto``'s own, never stored), and the agreement findings of the plans judged.
+    outrun_from_outside: bool = False
+    disagreements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

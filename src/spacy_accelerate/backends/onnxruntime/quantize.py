@@ -21,6 +21,7 @@ figures: ``docs/accuracy.md`` and ``benchmarks/results/``.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import warnings
@@ -125,7 +126,7 @@ HARM_ROWS = 4
 
 def harm_rows(items: Sequence[EncoderInputs], count: int = HARM_ROWS) -> list[EncoderInputs]:
     """The first row of ``count`` items spread over ``items``, each cut to its real pieces."""
-    return [next(item.rows()) for item in spread(items, count)]
+    return [row for item in spread(items, count) for row in itertools.islice(item.rows(), 1)]
 
 
 def matmul_harm(
@@ -296,8 +297,8 @@ def with_float_matmuls(
     present = {init.name for init in graph.initializer}
     for original in originals:
         chain = _int8_chain(original.output[0], graph, producers)
-        if chain is None:
-            return None
+        if chain is None or any(nodes[index] is None for index in chain):
+            return None  # not one int8 MatMul's nodes, or shared with another's
         for index in chain:
             nodes[index] = None
         nodes[min(chain)] = original  # where the chain began: its inputs exist by then
@@ -334,8 +335,9 @@ def _int8_chain(output: str, graph: onnx.GraphProto, producers: dict[str, int]) 
 
 
 def _drop_unread(graph: onnx.GraphProto) -> None:
-    """Remove the ``DynamicQuantizeLinear`` nodes and the initializers nothing reads."""
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    """Remove the ``DynamicQuantizeLinear`` nodes and the initializers nothing reads (a
+    node, a subgraph of one, an output, or the graph's inputs)."""
+    read = _read_names(graph)
     kept = [
         node
         for node in graph.node
@@ -343,10 +345,21 @@ def _drop_unread(graph: onnx.GraphProto) -> None:
     ]
     del graph.node[:]
     graph.node.extend(kept)
-    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    read = _read_names(graph) | {value.name for value in graph.input}
     initializers = [init for init in graph.initializer if init.name in read]
     del graph.initializer[:]
     graph.initializer.extend(initializers)
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name ``graph``'s nodes (and their subgraphs') read, and its outputs."""
+    read = {output.name for output in graph.output}
+    for node in graph.node:
+        read.update(node.input)
+        for attribute in node.attribute:
+            for subgraph in [attribute.g, *attribute.graphs]:
+                read |= _read_names(subgraph)
+    return read
 
 
 @dataclass(frozen=True)
@@ -510,6 +523,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def discard(self) -> None:
         for leftover in (self.float_model, self.prepared, *self.files.values()):
             leftover.unlink(missing_ok=True)
+        for cached in ("all_int8", "prepared_model"):  # a base model's are hundreds of MB
+            self.__dict__.pop(cached, None)
 
 
 @progress.step("ONNX Runtime int8: quantizing, racing and judging plans")
