@@ -243,6 +243,40 @@ def test_a_ladder_finds_its_fast_plans_in_few_races(monkeypatch: pytest.MonkeyPa
         assert ladder[0] not in known.races
 
 
+@dataclass
+class SharedQuantizer(FakeQuantizer):
+    """A FakeQuantizer whose ladder plans say their share of the float work."""
+
+    shares: dict[str, float] = field(default_factory=dict)
+
+    def float_share(self, plan: str) -> float | None:
+        return self.shares.get(plan)
+
+
+@pytest.mark.real_speed
+def test_a_ladder_interpolates_by_float_work_where_the_backend_knows_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # Units of unequal work, the four big ones first (as the most harmful MatMuls of a
+    # BERT are its feed-forward ones): time grows with the work, not the count.
+    work = [4, 4, 4, 4] + [1] * 16
+    ladder = [f"f{i}" for i in range(len(work))]
+    shares = {plan: sum(work[: i + 1]) / sum(work) for i, plan in enumerate(ladder)}
+    seconds = {"all-int8": 0.5, **{plan: 0.5 + 0.5 * shares[plan] for plan in ladder}}
+    monkeypatch.setattr(speed, "race", _timed(seconds))
+    found: dict[str, tuple[int, int]] = {}
+    for kind, quantizer in [
+        ("by place", FakeQuantizer(whole=["all-int8"], ladder=ladder)),
+        ("by work", SharedQuantizer(whole=["all-int8"], ladder=ladder, shares=shares)),
+    ]:
+        search = _search(quantizer, set(), [])
+        base = search.build("all-int8")
+        found[kind] = (search.fast_prefix(ladder, base), len(search.races))
+    wins = sum(1 for plan in ladder if seconds[plan] < 0.95)
+    assert found["by place"][0] == found["by work"][0] == wins
+    assert found["by work"][1] < found["by place"][1], found
+
+
 @pytest.mark.real_speed
 def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     monkeypatch: pytest.MonkeyPatch,

@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar, cast
 
 from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
@@ -164,6 +164,13 @@ class Quantizer(ABC, Generic[S, P]):
     def faster_plan(self, plan: P) -> P | None:
         """A whole plan listed before ``plan`` that is faster by construction (the same
         kernels on coarser blocks): where that one loses its race, ``plan`` is not built."""
+        return None
+
+    def float_share(self, plan: P) -> float | None:
+        """The share (0 to 1) of the model's quantizable work a ladder's ``plan`` keeps in
+        float, where the backend knows it: a plan's time grows with that work, not with
+        its count of units (a feed-forward MatMul is four times an attention one). None:
+        the search interpolates by the plans' places in the ladder."""
         return None
 
     def not_as_named(self, built: Built[S, P]) -> str | None:
@@ -352,7 +359,8 @@ class Int8Search(Generic[S, P]):
                 assert won is not None
                 low = self.slack_of(won)
                 high = self.slack(ladder[loses]) if loses < len(ladder) else self.all_float_slack
-                guess = wins + int((1.0 - low) / max(high - low, 1e-9) * (loses - wins))
+                fraction = (1.0 - low) / max(high - low, 1e-9)
+                guess = self.interpolated(ladder, wins, loses, fraction)
                 middle = min(max(guess, wins + 1), loses - 1)
             if self.race(self.build(ladder[middle])) is None:
                 wins = middle
@@ -360,6 +368,20 @@ class Int8Search(Generic[S, P]):
                 loses = middle
             widths.append(loses - wins)
         return wins + 1
+
+    def interpolated(self, ladder: Sequence[P], wins: int, loses: int, fraction: float) -> int:
+        """The last plan between ``wins`` and ``loses`` (places in ``ladder``; -1 its base,
+        ``len(ladder)`` the all-float plan) at ``fraction`` of the way from one to the
+        other: by the plans' float work (:meth:`Quantizer.float_share`) where the backend
+        gives it, else by their places."""
+        shares = [self.quantizer.float_share(plan) for plan in ladder]
+        if any(share is None for share in shares):
+            return wins + int(fraction * (loses - wins))
+        known = cast(list[float], shares)
+        low = 0.0 if wins < 0 else known[wins]
+        high = 1.0 if loses >= len(ladder) else known[loses]
+        target = low + fraction * (high - low)
+        return max((i for i in range(wins + 1, loses) if known[i] <= target), default=wins + 1)
 
     @property
     def all_float_slack(self) -> float:

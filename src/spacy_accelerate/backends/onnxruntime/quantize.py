@@ -454,6 +454,25 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         coarser = [size for size in self.recipe.blocks if size > plan.block_size]
         return Blockwise(min(coarser)) if coarser else None
 
+    def float_share(self, plan: OrtPlan) -> float | None:
+        """A dynamic plan's float MatMuls' share of the weights of all MatMuls that have
+        one (a MatMul's work grows with its weight)."""
+        if not isinstance(plan, KeptFloat):
+            return None
+        sizes = self.weight_sizes
+        return sum(sizes[name] for name in plan.kept) / max(1, sum(sizes.values()))
+
+    @functools.cached_property
+    def weight_sizes(self) -> dict[str, int]:
+        """Each MatMul with a constant weight (by node name): its weight's elements."""
+        graph = self.prepared_model.graph
+        elements = {init.name: int(np.prod(init.dims)) for init in graph.initializer}
+        return {
+            node.name: elements[node.input[1]]
+            for node in graph.node
+            if node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in elements
+        }
+
     def label(self, plan: OrtPlan) -> str:
         if isinstance(plan, Blockwise):
             return blockwise_label(plan.block_size)
@@ -523,7 +542,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def discard(self) -> None:
         for leftover in (self.float_model, self.prepared, *self.files.values()):
             leftover.unlink(missing_ok=True)
-        for cached in ("all_int8", "prepared_model"):  # a base model's are hundreds of MB
+        for cached in ("all_int8", "prepared_model", "weight_sizes"):  # hundreds of MB
             self.__dict__.pop(cached, None)
 
 

@@ -281,6 +281,12 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
     def label(self, plan: Plan) -> str:
         return plan.label
 
+    def float_share(self, plan: Plan) -> float | None:
+        """A ladder plan's float layers' share of the layers (alike, so alike in work)."""
+        if not isinstance(plan, FloatLayers):
+            return None
+        return len(plan.layers) / len(self.layer_nodes)
+
     def ladder_base(self) -> Plan:
         return FloatLayers()
 
