@@ -268,18 +268,14 @@ def test_a_ladder_plan_made_from_the_all_int8_model_is_what_the_quantizer_makes(
     from spacy_accelerate.backends.onnxruntime.quantize import (
         prepare,
         quantize_int8,
+        weighted_matmuls,
         with_float_matmuls,
     )
 
     path, detected = exported_sample(sample_path, sample, tmp_path)
     prepared = tmp_path / "prepared.onnx"
     prepare(path, prepared)
-    weights = {init.name for init in onnx.load(str(prepared)).graph.initializer}
-    matmuls = [
-        node.name
-        for node in onnx.load(str(prepared)).graph.node
-        if node.op_type == "MatMul" and node.input[1] in weights
-    ]
+    matmuls = [node.name for node in weighted_matmuls(onnx.load(str(prepared)).graph)]
     kept = [matmuls[0], matmuls[1], matmuls[-1]]  # two sharing one input, and the last
     quantize_int8(prepared, tmp_path / "all.onnx", DEFAULT_INT8_RECIPE, ())
     quantize_int8(prepared, tmp_path / "kept.onnx", DEFAULT_INT8_RECIPE, kept)

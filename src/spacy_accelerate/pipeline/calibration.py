@@ -346,7 +346,7 @@ def check_agreement(
     hopeless = running.hopeless(bounds, floor)
     if hopeless is not None:  # stopped early: what was counted already refuses the plan
         _refuse(f"{hopeless}; every rate so far: {running.so_far().describe() or 'none'}")
-    report = compare(calibration.docs, docs)
+    report = running.report(docs)
     if not report.rates:
         logger.warning(
             "spacy-accelerate: the pipeline sets none of the annotations the agreement gate "

@@ -163,29 +163,10 @@ def compare(reference: Sequence[Doc], candidate: Sequence[Doc]) -> AgreementRepo
     every annotation some reference document carries."""
     if len(reference) != len(candidate):
         raise ValueError(f"{len(reference)} reference documents, {len(candidate)} candidates")
-    rates: list[tuple[Annotation, Rate]] = []
-    for annotation, (name, read) in _TOKEN_READERS.items():
-        if not any(doc.has_annotation(name) for doc in reference):
-            continue
-        same = total = 0
-        for expected, actual in zip(reference, candidate, strict=True):
-            for a, b in zip(expected, actual, strict=True):
-                total += 1
-                same += read(a) == read(b)
-        rates.append((annotation, Rate(same, total)))
-    expected_spans, found = set(_spans(reference)), set(_spans(candidate))
-    if expected_spans or found:  # a candidate that invents spans disagrees too
-        rates.append(
-            (Annotation.SPANS, Rate(len(expected_spans & found), len(expected_spans | found)))
-        )
-    if any(doc.cats for doc in reference):
-        decisions = [
-            _decided(a, label) == _decided(b, label)
-            for a, b in zip(reference, candidate, strict=True)
-            for label in a.cats
-        ]
-        rates.append((Annotation.CATS, Rate(sum(decisions), len(decisions))))
-    return AgreementReport(tuple(rates))
+    running = RunningAgreement(reference)
+    for index, doc in enumerate(candidate):
+        running.add(index, doc)
+    return running.report(candidate)
 
 
 def _spans(docs: Sequence[Doc]) -> Iterator[tuple[int, str, int, int, str]]:
@@ -249,6 +230,22 @@ class RunningAgreement:
         return AgreementReport(
             tuple((a, Rate(self.same[a], self.seen[a])) for a in self.totals if self.seen[a])
         )
+
+    def report(self, candidate: Sequence[Doc]) -> AgreementReport:
+        """The agreement of every annotation, once each of ``candidate`` (the candidate's
+        documents of all the texts, in order) was counted: the counted rates, with the
+        spans' (their units are the spans either pipeline found)."""
+        if self.documents != len(self.reference) or len(candidate) != len(self.reference):
+            raise ValueError(f"{self.documents} of {len(self.reference)} documents counted")
+        rates = [(a, Rate(self.same[a], self.seen[a])) for a in self.readers]
+        expected_spans, found = set(_spans(self.reference)), set(_spans(candidate))
+        if expected_spans or found:  # a candidate that invents spans disagrees too
+            units = len(expected_spans | found)
+            rates.append((Annotation.SPANS, Rate(len(expected_spans & found), units)))
+        if Annotation.CATS in self.totals:
+            cats = Annotation.CATS
+            rates.append((cats, Rate(self.same[cats], self.seen[cats])))
+        return AgreementReport(tuple(rates))
 
     def hopeless(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> str | None:
         """Why the candidate fails whatever the documents left hold (the refusal of its

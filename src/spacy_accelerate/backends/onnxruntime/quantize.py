@@ -25,7 +25,7 @@ import itertools
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,6 +124,17 @@ def prepare(source: Path, target: Path) -> None:
 HARM_ROWS = 4
 
 
+def weighted_matmuls(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The MatMuls whose second input is a constant weight: what int8 quantizes, and the
+    units of ONNX Runtime's ladder."""
+    weights = {init.name for init in graph.initializer}
+    return [node for node in graph.node if _weighted_matmul(node, weights)]
+
+
+def _weighted_matmul(node: onnx.NodeProto, weights: Collection[str]) -> bool:
+    return node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in weights
+
+
 def harm_rows(items: Sequence[EncoderInputs], count: int = HARM_ROWS) -> list[EncoderInputs]:
     """The first row of ``count`` items spread over ``items``, each cut to its real pieces."""
     return [row for item in spread(items, count) for row in itertools.islice(item.rows(), 1)]
@@ -187,7 +198,7 @@ def switchable_model(
     nodes: list[onnx.NodeProto] = []
     switches: dict[str, str] = {}
     for node in graph.node:
-        if not (node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in weights):
+        if not _weighted_matmul(node, weights):
             nodes.append(node)
             continue
         tag = f"harm{len(switches)}"
@@ -285,8 +296,9 @@ def with_float_matmuls(
     the activations' ``DynamicQuantizeLinear`` and the weight's constants; it is replaced
     by the float node, and what nothing reads any more is dropped. None where a chain is
     not found as expected (another quantizer's layout): the plan is quantized instead."""
-    originals = [node for node in prepared.graph.node if node.name in set(kept)]
-    if len(originals) != len(set(kept)):
+    names = set(kept)
+    originals = [node for node in weighted_matmuls(prepared.graph) if node.name in names]
+    if len(originals) != len(names):
         return None
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
@@ -467,11 +479,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         """Each MatMul with a constant weight (by node name): its weight's elements."""
         graph = self.prepared_model.graph
         elements = {init.name: int(np.prod(init.dims)) for init in graph.initializer}
-        return {
-            node.name: elements[node.input[1]]
-            for node in graph.node
-            if node.op_type == "MatMul" and len(node.input) == 2 and node.input[1] in elements
-        }
+        return {node.name: elements[node.input[1]] for node in weighted_matmuls(graph)}
 
     def label(self, plan: OrtPlan) -> str:
         if isinstance(plan, Blockwise):
