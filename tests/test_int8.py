@@ -110,6 +110,7 @@ def test_the_default_recipe_is_recorded_in_the_cache_key(bert: Language, cache_d
         "fuse_first": False,
         "blocks": list(DEFAULT_INT8_RECIPE.blocks),
         "ladder": DEFAULT_INT8_RECIPE.ladder,
+        "harm_rows": DEFAULT_INT8_RECIPE.harm_rows,
     }
 
 
@@ -298,3 +299,44 @@ def test_a_ladder_plan_made_from_the_all_int8_model_is_what_the_quantizer_makes(
     assert not np.array_equal(got[-1], run((tmp_path / "all.onnx").read_bytes())[-1])
     # A graph whose MatMuls are not int8 chains is left to the quantizer.
     assert with_float_matmuls(onnx.load(str(prepared)), onnx.load(str(prepared)), kept) is None
+
+
+def test_a_second_round_reuses_the_first_rounds_models(
+    sample_path: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from types import SimpleNamespace
+
+    from test_accuracy_control import exported_sample
+
+    from spacy_accelerate.backends.onnxruntime import quantize as ort_quantize
+
+    path, detected = exported_sample(sample_path, "bert", tmp_path)
+
+    def job(folder: str) -> SimpleNamespace:
+        (tmp_path / folder).mkdir()
+        export = SimpleNamespace(path=path)
+        model = tmp_path / folder / "model.onnx"
+        return SimpleNamespace(path=model, export=export, measure=lambda session: None)
+
+    def quantizer(folder: str, carried=None) -> ort_quantize.OnnxRuntimeQuantizer:
+        return ort_quantize.OnnxRuntimeQuantizer(
+            job(folder),
+            DEFAULT_INT8_RECIPE,
+            lambda model: model,
+            carried,  # type: ignore[arg-type]
+        )
+
+    first = quantizer("first")
+    first.build(ort_quantize.KeptFloat())
+    carried = first.carry()
+    kept = tuple(n.name for n in ort_quantize.weighted_matmuls(carried.prepared.graph))[:2]
+    expected = first.build(ort_quantize.KeptFloat(kept)).session.read_bytes()
+    first.discard()
+    # The second round prepares and quantizes nothing: its ladder's plans are made from
+    # the models handed on, the same to the byte as the first round's.
+    for step in ("prepare", "quantize_int8"):
+        monkeypatch.setattr(ort_quantize, step, lambda *_, s=step: pytest.fail(f"{s} again"))
+    second = quantizer("second", carried)
+    assert not second.prepared.exists()
+    made = second.build(ort_quantize.KeptFloat(kept)).session
+    assert made.parent == tmp_path / "second" and made.read_bytes() == expected

@@ -54,6 +54,8 @@ class FakeQuantizer(Quantizer[str, str]):  # type: ignore[type-var]
     measured: list[str] = field(default_factory=list)
     harm_measured: bool = False
     served: str | None = None
+    #: What it hands a second round (its models, in a real backend).
+    made: object | None = None
 
     def whole_plans(self) -> Sequence[str]:
         return self.whole
@@ -88,6 +90,9 @@ class FakeQuantizer(Quantizer[str, str]):  # type: ignore[type-var]
 
     def discard(self) -> None:
         pass
+
+    def carry(self) -> object | None:
+        return self.made
 
 
 def _timed(seconds: dict[str, float]) -> Callable[..., speed.Race]:
@@ -288,18 +293,23 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     assert not outpaced.value.deferred
     # First round of auto: whole plans only; a ladder that could win waits for the second.
     later = Limits(ladders=False)
-    quantizer = FakeQuantizer(whole=["all-int8"], ladder=["l1"])
+    quantizer = FakeQuantizer(whole=["all-int8"], ladder=["l1"], made="all-int8's model")
     with pytest.raises(OutpacedError) as waiting:
         _search(quantizer, {"l1"}, [], later).run()
     assert waiting.value.deferred and not quantizer.harm_measured
     # The second round takes up where the first left: no whole plan is built, raced or
-    # judged again, the base's race against the bar since is not run again, and the
-    # first round's notes stay in the record.
+    # judged again, the base's race against the bar since is not run again, the first
+    # round's notes stay in the record, and what its quantizer made is handed on.
     resume = waiting.value.resume
     assert isinstance(resume, Resumed) and resume.base.label == "all-int8"
+    assert resume.carried == "all-int8's model"
     assert not any("left until" in note for note in resume.notes)
+    # Its base's race is reused only against the rival it was run against.
+    assert [race.baseline_name for race in resume.races] == ["fp32"]
+    assert resume.races_against((quantizer.baseline(),)) == resume.races
+    assert resume.races_against(bf16.rivals) is None
     timed = _timed({"all-int8": 0.5, "bf16": 0.8, "l1": 0.6})
-    won = timed("all-int8", "bf16", ITEMS, "openvino bf16", 0.05)
+    won = timed("all-int8", "bf16", ITEMS, "openvino bf16", 0.0)
     raced: list[str] = []
     monkeypatch.setattr(speed, "race", lambda *args: raced.append(args[0]) or timed(*args))
     second = FakeQuantizer(whole=["all-int8"], ladder=["l1"])
@@ -487,3 +497,32 @@ def test_a_race_stopped_early_gives_the_verdict_of_every_round(mine, theirs, mar
     for done in range(1, speed.ROUNDS):
         if speed.decided(mine[:done], theirs[:done], margin):
             assert verdict(done) == verdict(speed.ROUNDS)
+
+
+def test_a_second_round_races_its_base_again_only_against_another_bar(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    raced: list[str] = []
+
+    def race(candidate, baseline, items, name, margin=0.0):
+        raced.append(name)
+        return speed.Race(0.3, 0.6, name, 1, margin)
+
+    monkeypatch.setattr(speed, "race", race)
+    source = Mock(texts=("a text",), full=Mock(items=ITEMS))
+    config = build_config("auto", "auto")
+    search = auto_precision.AutoSearch(Mock(), config, [_Location()], source, Mock())
+    bf16 = auto_precision.Candidate(Provider.OPENVINO, Precision.BF16)
+    search.served[bf16.label] = auto_precision.Served(bf16, [_module(bf16.label)], [0.6])
+    cpu_int8 = auto_precision.Candidate(Provider.CPU, Precision.INT8)
+    base = Built("all-int8", "all-int8", "base", _report)
+    won = speed.Race(0.3, 0.6, bf16.label, 1, speed.LOSSY_MARGIN)
+    first = Resumed(("whole plans",), base, races=(won,))
+    # The bar is still the plan the first round raced: its race stands.
+    assert search.can_win(cpu_int8, first) == first and raced == []
+    # Another plan passed since and set a new bar: the base races that one.
+    ov_int8 = auto_precision.Candidate(Provider.OPENVINO, Precision.INT8)
+    search.served[ov_int8.label] = auto_precision.Served(ov_int8, [_module(ov_int8.label)], [0.4])
+    resumed = search.can_win(cpu_int8, first)
+    assert raced == [ov_int8.label]
+    assert resumed is not None and resumed.races[0].baseline_name == ov_int8.label

@@ -376,8 +376,9 @@ class AutoSearch:
 
     def can_win(self, candidate: Candidate, first: Resumed) -> Resumed | None:
         """Where a deferred int8 search's second round takes up (``first``, with its base's
-        race against the bar every whole plan has set since), or None where its all-int8
-        plan, the fastest plan of its ladders, no longer beats that bar: then none can."""
+        race against the bar every whole plan has set since: raced again only where that
+        bar is not the one the first round raced), or None where its all-int8 plan, the
+        fastest plan of its ladders, no longer beats that bar: then none can."""
         bar = self.bar(candidate)
         if bar is None or len(self.locations) != 1:
             return first
@@ -385,9 +386,12 @@ class AutoSearch:
         if not isinstance(module, AcceleratedModule):
             return first
         rival = Rival(bar[0].candidate.label, module.session, bar[1])
-        raced = races(cast(Session, first.base.session), (rival,), self.source.full.items)
+        raced = first.races_against((rival,))  # the bar may be the one it already raced
+        if raced is None:
+            session = cast(Session, first.base.session)
+            raced = tuple(races(session, (rival,), self.source.full.items))
         if raced[-1].faster:
-            return replace(first, races=tuple(raced))
+            return replace(first, races=raced)
         self.refused[candidate.label] += (
             f" | units back in float: not tried (its all-int8 plan was {raced[-1].finding()})"
         )

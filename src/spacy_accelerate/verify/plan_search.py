@@ -173,6 +173,12 @@ class Quantizer(ABC, Generic[S, P]):
         the search interpolates by the plans' places in the ladder."""
         return None
 
+    def carry(self) -> object | None:
+        """What this search made that a second round of ``auto``'s search can reuse
+        instead of making again (models in memory), taken when its ladders are left for
+        later and handed back through :attr:`~.speed.Resumed.carried`; None: nothing."""
+        return None
+
     def not_as_named(self, built: Built[S, P]) -> str | None:
         """Why ``built`` does not compute what its label says here (None: it does)."""
         return None
@@ -223,8 +229,9 @@ class Int8Search(Generic[S, P]):
             self.disagreements.extend(resumed.disagreements)
             self.outrun_from_outside = resumed.outrun_from_outside
             self.built[base.label] = base
-            if resumed.races:
-                self.races[base.label] = list(resumed.races)
+            known = resumed.races_against(self.rivals)
+            if known is not None:
+                self.races[base.label] = list(known)
 
     @property
     def rivals(self) -> tuple[Rival, ...]:
@@ -310,8 +317,10 @@ class Int8Search(Generic[S, P]):
             self.deferred = Resumed(
                 tuple(self.refused),
                 base,
+                races=tuple(self.races[base.label]),
                 outrun_from_outside=self.outrun_from_outside,
                 disagreements=tuple(self.disagreements),
+                carried=self.quantizer.carry(),
             )
             self.note("units back in float: left until every backend's whole plans are known")
             return None

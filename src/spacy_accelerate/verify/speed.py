@@ -151,12 +151,26 @@ class Resumed:
     #: The ladders' base (the all-int8 plan) as the first round built it: a plan search's
     #: ``Built``, whose session a wider search races against the bar set since.
     base: Any
-    #: The base's races against the second round's rivals (empty: not raced yet).
+    #: The base's latest races, each naming the rival it ran against: reused where the
+    #: second round's rivals are the same (:meth:`races_against`), else raced again.
     races: tuple[Race, ...] = ()
     #: Whether a whole plan lost its race to a rival from outside (so a refusal is
     #: ``auto``'s own, never stored), and the agreement findings of the plans judged.
     outrun_from_outside: bool = False
     disagreements: tuple[str, ...] = ()
+    #: What the first round's quantizer made that the second one reuses instead of making
+    #: it again (its models, in memory; the backend's own type, or None).
+    carried: object | None = None
+
+    def races_against(self, rivals: Sequence[Rival]) -> tuple[Race, ...] | None:
+        """The base's races where they were run against ``rivals`` (each by name and
+        margin, up to the first it lost), else None: they must be raced again."""
+        if not self.races:
+            return None
+        ran = [(race.baseline_name, race.margin) for race in self.races]
+        wanted = [(rival.name, rival.margin) for rival in rivals]
+        complete = len(ran) == len(wanted) or not self.races[-1].faster
+        return self.races if complete and wanted[: len(ran)] == ran else None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,14 @@ if TYPE_CHECKING:  # the backend interface names this module's plan search
 logger = logging.getLogger("spacy_accelerate")
 
 
+#: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
+#: over the texts (their genres), each without its padding: the ladder needs only which
+#: MatMuls harm most, and each one costs a run of the model over them. Two rows keep the
+#: most harmful as four do, as four keep eight's (``benchmarks/harm_rows.py``, figures in
+#: ``docs/accuracy.md``).
+HARM_ROWS = 2
+
+
 @dataclass(frozen=True)
 class Int8Recipe:
     """How the int8 model is made; part of the cache key."""
@@ -73,6 +81,9 @@ class Int8Recipe:
     #: How the plans are searched (part of the key: a changed search may serve another
     #: plan).
     ladder: str = SEARCH_RULE
+    #: The calibration rows each MatMul's harm is measured on (:func:`matmul_harm`): they
+    #: rank the ladder's units.
+    harm_rows: int = HARM_ROWS
 
 
 DEFAULT_INT8_RECIPE = Int8Recipe()
@@ -117,13 +128,6 @@ def prepare(source: Path, target: Path) -> None:
         file.write(mark.SerializeToString())
 
 
-#: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
-#: over the texts (their genres), each without its padding: the ranking needs only the
-#: order of the MatMuls, and each one costs a run of the model over them (measured in
-#: ``docs/accuracy.md``).
-HARM_ROWS = 4
-
-
 def weighted_matmuls(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The MatMuls whose second input is a constant weight: what int8 quantizes, and the
     units of ONNX Runtime's ladder."""
@@ -141,11 +145,13 @@ def harm_rows(items: Sequence[EncoderInputs], count: int = HARM_ROWS) -> list[En
 
 
 def matmul_harm(
-    prepared: Path, items: Sequence[EncoderInputs], recipe: Int8Recipe
+    prepared: onnx.ModelProto,
+    items: Sequence[EncoderInputs],
+    recipe: Int8Recipe,
 ) -> dict[str, float]:
     """Per MatMul with a constant weight (by node name): how far the model's outputs move
-    on a few calibration rows (:func:`harm_rows`) when that MatMul alone is int8 (one
-    minus the mean cosine of the pieces, averaged over the hidden states).
+    on ``recipe.harm_rows`` calibration rows (:func:`harm_rows`) when that MatMul alone is
+    int8 (one minus the mean cosine of the pieces, averaged over the hidden states).
 
     Why end to end and not the MatMul's own error: on minilm-ewt the final feed-forward
     output has the smallest error of its own (1.2% per piece) yet, alone in int8,
@@ -156,18 +162,20 @@ def matmul_harm(
     quantized once per MatMul, which a base model's 72 would take minutes for."""
     import onnxruntime
 
-    model, switches = switchable_model(onnx.load(str(prepared)), recipe)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(prepared)  # made switchable in place
+    model, switches = switchable_model(copy, recipe)
     options = onnxruntime.SessionOptions()
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
     names = [i.name for i in session.get_inputs() if i.name not in switches.values()]
-    rows = harm_rows(items)
+    measured = harm_rows(items, recipe.harm_rows)
     off = {switch: np.array(False) for switch in switches.values()}
 
     def outputs(switch: str | None) -> list[list[np.ndarray]]:
         flags = {**off, switch: np.array(True)} if switch else off
-        return [session.run(None, {**row.feeds(names), **flags}) for row in rows]
+        return [session.run(None, {**row.feeds(names), **flags}) for row in measured]
 
     reference = outputs(None)
     harm: dict[str, float] = {}
@@ -392,6 +400,16 @@ class Blockwise:
 OrtPlan = KeptFloat | Blockwise
 
 
+@dataclass(frozen=True)
+class PreparedModels:
+    """What a first round of ``auto``'s search hands its second
+    (:meth:`OnnxRuntimeQuantizer.carry`): the prepared model and the all-int8 one, in
+    memory, so that neither is made again."""
+
+    prepared: onnx.ModelProto
+    all_int8: onnx.ModelProto
+
+
 def plan_label(kept: Sequence[str], total: int | None = None) -> str:
     """How the manifest, the served summary and the errors name a dynamic plan: "every
     MatMul int8", or the MatMuls kept in float out of the ``total`` with a weight, most
@@ -440,20 +458,27 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     )
 
     def __init__(
-        self, job: BuildJob, recipe: Int8Recipe, open_session: Callable[[Path], Session]
+        self,
+        job: BuildJob,
+        recipe: Int8Recipe,
+        open_session: Callable[[Path], Session],
+        carried: PreparedModels | None = None,
     ) -> None:
         self.job, self.recipe, self.open_session = job, recipe, open_session
         path = job.path
         self.float_model = path.with_name(f"float-{path.name}")  # fused first, if at all
         self.prepared = path.with_name(f"prepared-{path.name}")
+        self.files: dict[str, Path] = {}
+        self.matmuls: int | None = None  # how many MatMuls have a weight, once measured
+        self._baseline: Rival | None = None
+        if carried is not None:  # a second round: the first one's models
+            self.__dict__.update(prepared_model=carried.prepared, all_int8=carried.all_int8)
+            return
         source = job.export.path  # only read
         if recipe.fuse_first:
             optimize_graph(source, self.float_model, job.spec, GraphPlan(fuse=True))
             source = self.float_model
         prepare(source, self.prepared)
-        self.files: dict[str, Path] = {}
-        self.matmuls: int | None = None  # how many MatMuls have a weight, once measured
-        self._baseline: Rival | None = None
 
     def whole_plans(self) -> Sequence[OrtPlan]:
         return [KeptFloat(), *(Blockwise(size) for size in self.recipe.blocks)]
@@ -491,7 +516,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         target = self.files[label] = self.job.path.with_name(f"plan-{len(self.files)}-model.onnx")
         if isinstance(plan, Blockwise):
             try:
-                quantize_blockwise(self.prepared, target, plan.block_size)
+                quantize_blockwise(self.prepared_file(), target, plan.block_size)
                 session = self.open_session(target)
             except Exception as error:  # an ONNX Runtime without 8-bit MatMulNBits
                 raise PlanUnavailable(f"{label}: not available here ({error})") from error
@@ -508,7 +533,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
             if model is not None:
                 onnx.save(model, str(target))
                 return
-        quantize_int8(self.prepared, target, self.recipe, plan.kept)
+        quantize_int8(self.prepared_file(), target, self.recipe, plan.kept)
 
     @functools.cached_property
     def all_int8(self) -> onnx.ModelProto:
@@ -517,12 +542,22 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         built = self.files.get(self.label(KeptFloat()))
         if built is None or not built.exists():
             built = self.files["all-int8"] = self.job.path.with_name(f"int8-{self.job.path.name}")
-            quantize_int8(self.prepared, built, self.recipe, ())
+            quantize_int8(self.prepared_file(), built, self.recipe, ())
         return onnx.load(str(built))
 
     @functools.cached_property
     def prepared_model(self) -> onnx.ModelProto:
         return onnx.load(str(self.prepared))
+
+    def prepared_file(self) -> Path:
+        """The prepared model's file, written from memory where a second round was handed
+        the model alone (only a plan the ladder surgery cannot make needs it)."""
+        if not self.prepared.exists():
+            onnx.save(self.prepared_model, str(self.prepared))
+        return self.prepared
+
+    def carry(self) -> PreparedModels:
+        return PreparedModels(self.prepared_model, self.all_int8)
 
     def baseline(self) -> Rival:
         """The fp32 model this provider serves (the exported graph, fused)."""
@@ -540,7 +575,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def ladders(self, base: Built[Session, OrtPlan]) -> Iterator[Sequence[OrtPlan]]:
         job = self.job
         rows = job.calibration.items if job.calibration is not None else job.batches
-        harm = matmul_harm(self.prepared, rows, self.recipe)
+        harm = matmul_harm(self.prepared_model, rows, self.recipe)
         self.matmuls = len(harm)
         yield [KeptFloat(kept) for kept in sensitivity_ladder(harm, max(1, len(harm) - 1))]
 
@@ -562,7 +597,11 @@ def quantize_within_gate(
     that passes the gate (token cosine, then the pipeline's agreement) and outruns the
     fp32 model (and the rivals of ``job.limits``), written to ``job.path``; the other
     candidates are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
-    quantizer = OnnxRuntimeQuantizer(job, recipe, open_session)
+    resumed = job.limits.resumed
+    carried = resumed.carried if resumed is not None else None
+    quantizer = OnnxRuntimeQuantizer(
+        job, recipe, open_session, carried if isinstance(carried, PreparedModels) else None
+    )
     items = job.calibration.items if job.calibration is not None else job.batches
     search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, limits=job.limits)
     return search.run()

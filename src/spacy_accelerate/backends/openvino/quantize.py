@@ -227,6 +227,15 @@ def dynamic_group_size(model: Any) -> int:
     return size
 
 
+@dataclass(frozen=True)
+class StaticInt8Model:
+    """What a first round of ``auto``'s search hands its second
+    (:meth:`OpenVINOQuantizer.carry`): NNCF's all-int8 model, in memory, so that its
+    quantization is not run again."""
+
+    model: Any
+
+
 class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
     """OpenVINO's plans for the int8 search: static int8 (NNCF, every MatMul) and dynamic
     int8 (int8 weights, activations quantized per token at run time) are whole plans; the
@@ -254,6 +263,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         calibration: Calibration,
         references: list[list[np.ndarray]],
         open_session: Callable[[Any], OpenVINOSession],
+        carried: StaticInt8Model | None = None,
     ) -> None:
         self.ov, self.nncf = import_openvino(), import_nncf()
         self.folder = folder
@@ -265,7 +275,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         self.feed_forward_outputs = feed_forward_outputs(graph, self.layer_nodes)
         self.compiled: dict[str, CompiledMatMuls] = {}
         self.models: dict[str, Any] = {}  # by label: each built plan's model, in memory
-        self._all_int8: Any = None
+        self._all_int8: Any = carried.model if carried is not None else None
         self._baseline: Rival | None = None
 
     # ------------------------------------------------------------------ the plans
@@ -326,6 +336,9 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         if self._all_int8 is None:
             self._all_int8 = self.quantize([])
         return self._all_int8
+
+    def carry(self) -> StaticInt8Model | None:
+        return None if self._all_int8 is None else StaticInt8Model(self._all_int8)
 
     def model_of(self, plan: Plan) -> Any:
         """The plan's model; what it records in its IR is how a warm start compiles it."""
@@ -447,8 +460,16 @@ def quantize_within_gate(
     OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
     (PyTorch's outputs on :func:`parity_items`). Candidates are compiled from memory and
     only the served one is written (on a refusal the cache removes the build folder)."""
+    carried = limits.resumed.carried if limits.resumed is not None else None
     quantizer = OpenVINOQuantizer(
-        export, folder, module, detected, calibration, references, open_session
+        export,
+        folder,
+        module,
+        detected,
+        calibration,
+        references,
+        open_session,
+        carried if isinstance(carried, StaticInt8Model) else None,
     )
     search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
     built = search.run()
