@@ -308,6 +308,7 @@ def test_a_second_round_reuses_the_first_rounds_models(
 
     from test_accuracy_control import exported_sample
 
+    from spacy_accelerate.architectures.inputs import EncoderInputs
     from spacy_accelerate.backends.onnxruntime import quantize as ort_quantize
 
     path, detected = exported_sample(sample_path, "bert", tmp_path)
@@ -316,7 +317,10 @@ def test_a_second_round_reuses_the_first_rounds_models(
         (tmp_path / folder).mkdir()
         export = SimpleNamespace(path=path)
         model = tmp_path / folder / "model.onnx"
-        return SimpleNamespace(path=model, export=export, measure=lambda session: None)
+        rows = [EncoderInputs.from_ids(np.arange(5, 14).reshape(1, 9), detected.spec.padding_idx)]
+        return SimpleNamespace(
+            path=model, export=export, measure=lambda session: None, calibration=None, batches=rows
+        )
 
     def quantizer(folder: str, carried=None) -> ort_quantize.OnnxRuntimeQuantizer:
         return ort_quantize.OnnxRuntimeQuantizer(
@@ -340,3 +344,8 @@ def test_a_second_round_reuses_the_first_rounds_models(
     assert not second.prepared.exists()
     made = second.build(ort_quantize.KeptFloat(kept)).session
     assert made.parent == tmp_path / "second" and made.read_bytes() == expected
+    # Its harm measurement changes a copy: the models handed on stay as they were.
+    before = carried.prepared.SerializeToString()
+    (ladder,) = second.ladders(None)  # type: ignore[arg-type]
+    assert len(ladder) == len(ort_quantize.weighted_matmuls(carried.prepared.graph)) - 1
+    assert carried.prepared.SerializeToString() == before

@@ -308,6 +308,7 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     assert [race.baseline_name for race in resume.races] == ["fp32"]
     assert resume.races_against((quantizer.baseline(),)) == resume.races
     assert resume.races_against(bf16.rivals) is None
+    assert resume.races_against((Rival("fp32", "fp32", 0.0),)) is None  # type: ignore[arg-type]
     timed = _timed({"all-int8": 0.5, "bf16": 0.8, "l1": 0.6})
     won = timed("all-int8", "bf16", ITEMS, "openvino bf16", 0.0)
     raced: list[str] = []

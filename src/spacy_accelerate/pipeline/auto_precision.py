@@ -311,11 +311,13 @@ class AutoSearch:
             )
             if resume is not None:
                 deferred[candidate.label] = (candidate, resume)
-        for candidate, first in deferred.values():  # the ladders, against the bar set since
+        for label in list(deferred):  # the ladders, against the bar set since
+            candidate, first = deferred.pop(label)
             resumed = self.can_win(candidate, first)
             if resumed is not None:
                 progress.note(f"{candidate.label}: units back in float")
                 self.serve(candidate, ladders=True, resumed=resumed)
+            del first, resumed  # its models in memory, let go before the final race
         if not self.served:
             raise self.nothing_served()
         self.race()

@@ -229,7 +229,8 @@ class Int8Search(Generic[S, P]):
             self.disagreements.extend(resumed.disagreements)
             self.outrun_from_outside = resumed.outrun_from_outside
             self.built[base.label] = base
-            known = resumed.races_against(self.rivals)
+            # Only against rivals from outside: the backend's own is built when first raced.
+            known = resumed.races_against(self.outside) if self.outside else None
             if known is not None:
                 self.races[base.label] = list(known)
 

@@ -15,7 +15,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
@@ -159,8 +159,9 @@ class Resumed:
     outrun_from_outside: bool = False
     disagreements: tuple[str, ...] = ()
     #: What the first round's quantizer made that the second one reuses instead of making
-    #: it again (its models, in memory; the backend's own type, or None).
-    carried: object | None = None
+    #: it again (its models, in memory; the backend's own type, or None): hundreds of MB,
+    #: so neither printed nor compared.
+    carried: object | None = field(default=None, repr=False, compare=False)
 
     def races_against(self, rivals: Sequence[Rival]) -> tuple[Race, ...] | None:
         """The base's races where they were run against ``rivals`` (each by name and

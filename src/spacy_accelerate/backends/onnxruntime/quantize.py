@@ -149,7 +149,8 @@ def matmul_harm(
     items: Sequence[EncoderInputs],
     recipe: Int8Recipe,
 ) -> dict[str, float]:
-    """Per MatMul with a constant weight (by node name): how far the model's outputs move
+    """Per MatMul with a constant weight of ``prepared`` (by node name; the model is made
+    switchable in place, so pass one nothing else reads): how far the model's outputs move
     on ``recipe.harm_rows`` calibration rows (:func:`harm_rows`) when that MatMul alone is
     int8 (one minus the mean cosine of the pieces, averaged over the hidden states).
 
@@ -162,9 +163,7 @@ def matmul_harm(
     quantized once per MatMul, which a base model's 72 would take minutes for."""
     import onnxruntime
 
-    copy = onnx.ModelProto()
-    copy.CopyFrom(prepared)  # made switchable in place
-    model, switches = switchable_model(copy, recipe)
+    model, switches = switchable_model(prepared, recipe)
     options = onnxruntime.SessionOptions()
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
@@ -537,8 +536,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
 
     @functools.cached_property
     def all_int8(self) -> onnx.ModelProto:
-        """The all-int8 plan's model: the file this search built for it, else quantized
-        now (a second round of ``auto``'s search, whose first built it)."""
+        """The all-int8 plan's model: the file this search built for it (a second round
+        of ``auto``'s search is handed its first round's), else quantized now."""
         built = self.files.get(self.label(KeptFloat()))
         if built is None or not built.exists():
             built = self.files["all-int8"] = self.job.path.with_name(f"int8-{self.job.path.name}")
@@ -555,6 +554,15 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
         if not self.prepared.exists():
             onnx.save(self.prepared_model, str(self.prepared))
         return self.prepared
+
+    def prepared_copy(self) -> onnx.ModelProto:
+        """A copy of the prepared model that may be changed: read from its file where
+        there is one (the model in memory may not be loaded yet), else copied."""
+        if self.prepared.exists():
+            return onnx.load(str(self.prepared))
+        copy = onnx.ModelProto()
+        copy.CopyFrom(self.prepared_model)
+        return copy
 
     def carry(self) -> PreparedModels:
         return PreparedModels(self.prepared_model, self.all_int8)
@@ -575,7 +583,7 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def ladders(self, base: Built[Session, OrtPlan]) -> Iterator[Sequence[OrtPlan]]:
         job = self.job
         rows = job.calibration.items if job.calibration is not None else job.batches
-        harm = matmul_harm(self.prepared_model, rows, self.recipe)
+        harm = matmul_harm(self.prepared_copy(), rows, self.recipe)
         self.matmuls = len(harm)
         yield [KeptFloat(kept) for kept in sensitivity_ladder(harm, max(1, len(harm) - 1))]
 
