@@ -303,6 +303,9 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     resume = waiting.value.resume
     assert isinstance(resume, Resumed) and resume.base.label == "all-int8"
     assert resume.carried == "all-int8's model"
+    # Each backend takes back only what is of its own kind.
+    assert Limits(resumed=resume).carried(str) == "all-int8's model"
+    assert Limits(resumed=resume).carried(bytes) is None and NO_LIMITS.carried(str) is None
     assert not any("left until" in note for note in resume.notes)
     # Its base's race is reused only against the rival it was run against.
     assert [race.baseline_name for race in resume.races] == ["fp32"]

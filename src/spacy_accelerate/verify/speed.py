@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.runtime.session import Session
@@ -174,6 +174,9 @@ class Resumed:
         return self.races if complete and wanted[: len(ran)] == ran else None
 
 
+C = TypeVar("C")
+
+
 @dataclass(frozen=True)
 class Limits:
     """What bounds one lossy build inside a wider search (``precision="auto"``'s): the
@@ -185,6 +188,12 @@ class Limits:
     rivals: tuple[Rival, ...] = ()
     ladders: bool = True
     resumed: Resumed | None = None
+
+    def carried(self, kind: type[C]) -> C | None:
+        """What the first round's quantizer handed on (:attr:`Resumed.carried`), where it
+        is of the backend's own ``kind``; else None (no second round, another backend's)."""
+        carried = self.resumed.carried if self.resumed is not None else None
+        return carried if isinstance(carried, kind) else None
 
 
 #: A build asked for by name: its backend's own float plan to outrun, every ladder.

@@ -605,11 +605,8 @@ def quantize_within_gate(
     that passes the gate (token cosine, then the pipeline's agreement) and outruns the
     fp32 model (and the rivals of ``job.limits``), written to ``job.path``; the other
     candidates are removed either way (see :mod:`~spacy_accelerate.verify.plan_search`)."""
-    resumed = job.limits.resumed
-    carried = resumed.carried if resumed is not None else None
-    quantizer = OnnxRuntimeQuantizer(
-        job, recipe, open_session, carried if isinstance(carried, PreparedModels) else None
-    )
+    carried = job.limits.carried(PreparedModels)
+    quantizer = OnnxRuntimeQuantizer(job, recipe, open_session, carried)
     items = job.calibration.items if job.calibration is not None else job.batches
     search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, limits=job.limits)
     return search.run()

@@ -460,7 +460,6 @@ def quantize_within_gate(
     OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
     (PyTorch's outputs on :func:`parity_items`). Candidates are compiled from memory and
     only the served one is written (on a refusal the cache removes the build folder)."""
-    carried = limits.resumed.carried if limits.resumed is not None else None
     quantizer = OpenVINOQuantizer(
         export,
         folder,
@@ -469,7 +468,7 @@ def quantize_within_gate(
         calibration,
         references,
         open_session,
-        carried if isinstance(carried, StaticInt8Model) else None,
+        limits.carried(StaticInt8Model),
     )
     search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
     built = search.run()
