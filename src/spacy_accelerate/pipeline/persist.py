@@ -38,6 +38,7 @@ from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.training_guard import remove_training_guards
+from spacy_accelerate.pipeline.workers import install_pipe, remove_pipe
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -139,15 +140,19 @@ class SaveServed:
 def install_load_hooks(
     nlp: Language, request: OptimizeRequest, reapply: Reapply, saver: Saver
 ) -> None:
+    """Stand in for ``nlp``'s load and save methods, and for ``pipe``
+    (:class:`~spacy_accelerate.pipeline.workers.PipeInWorkers`)."""
     for method in LOAD_METHODS:
         setattr(nlp, method, ReoptimizeAfterLoading(nlp, method, request, reapply))
     setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
+    install_pipe(nlp)
 
 
 def remove_load_hooks(nlp: Language) -> None:
     for method in (*LOAD_METHODS, SAVE_METHOD):
         if isinstance(nlp.__dict__.get(method), ReoptimizeAfterLoading | SaveServed):
             del nlp.__dict__[method]
+    remove_pipe(nlp)
 
 
 def _is_ours(section: Any) -> bool:

@@ -34,6 +34,7 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
 from spacy_accelerate.errors import CacheError, InferenceOnlyError, UnsupportedArchitectureError
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
+from spacy_accelerate.pipeline.workers import WORKERS
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -92,6 +93,7 @@ class AcceleratedModule(torch.nn.Module):
         self.exported = exported
         #: The process whose runtime opened ``session`` (see :meth:`_own_session`).
         self.opened_in = os.getpid()
+        WORKERS.serving = True  # forked children run torch on one thread (.workers)
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
@@ -129,12 +131,13 @@ class AcceleratedModule(torch.nn.Module):
         """The session, opened in this process. A forked worker (spaCy's ``n_process``
         on Linux, gunicorn's preload) inherits the parent's session, whose runtime
         threads did not survive the fork; it opens the same verified cache entry once,
-        as an unpickled proxy does."""
+        as an unpickled proxy does, on its share of the parent's threads
+        (:mod:`~spacy_accelerate.pipeline.workers`)."""
         if self.opened_in == os.getpid():
             return self.session
         with _FORK_LOCK:
             if self.opened_in != os.getpid():
-                config = self.session.config
+                config = _worker_config(self.session.config)
                 reopened = reopen(
                     self.exported, self.original, self.session.provider, config, self.session.layout
                 )
@@ -188,11 +191,12 @@ class AcceleratedModule(torch.nn.Module):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A pickled proxy reopens its verified cache entry; sessions are never pickled,
-        # and neither are calibration texts (their digest finds the entry).
-        config = replace(self.session.config, calibration_texts=None)
+        # and neither are calibration texts (their digest finds the entry). Pickled for
+        # the workers of ``nlp.pipe(n_process=N)``, it carries their share of threads.
+        config = replace(_worker_config(self.session.config), calibration_texts=None)
         state = (self.original, self.spec, self.exported, self.session.provider)
         rebuild = (config, self.session.layout, self._rebuild_args())
-        return (_reopen, (type(self), *state, *rebuild))
+        return (_reopen, (type(self), *state, *rebuild, WORKERS.workers > 1))
 
     def extra_repr(self) -> str:
         # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
@@ -304,6 +308,12 @@ class AcceleratedHFModel(AcceleratedModule):
         return output if use_dict else output.to_tuple()
 
 
+def _worker_config(config: OptimizeConfig) -> OptimizeConfig:
+    """``config`` on this process's share of its threads (all of them outside a
+    ``pipe`` call with workers)."""
+    return replace(config, intra_op_threads=WORKERS.threads_each(config.intra_op_threads))
+
+
 def _reopen(
     proxy_type: type[AcceleratedModule],
     original: torch.nn.Module,
@@ -313,10 +323,15 @@ def _reopen(
     config: OptimizeConfig,
     layout: SessionLayout,
     extra: tuple[Any, ...],
+    in_worker: bool = False,
 ) -> torch.nn.Module:
     """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
     where ``missing_cache="pytorch"`` (or a lossy plan, which needs the whole pipeline to
-    be judged), the PyTorch module itself, with a warning."""
+    be judged), the PyTorch module itself, with a warning. ``in_worker``: pickled for a
+    worker of ``nlp.pipe(n_process=N)``, whose torch then runs on the threads ``config``
+    gives the runtime (at most)."""
+    if in_worker:
+        torch.set_num_threads(min(torch.get_num_threads(), config.intra_op_threads))
     reopened = reopen(exported, original, provider, config, layout)
     if reopened is None:
         logger.warning(
