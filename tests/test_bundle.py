@@ -217,11 +217,11 @@ def test_a_bundle_this_machine_cannot_run_says_why_and_follows_missing_cache(
     assert "later than the 0.1.0 installed here" in line and "missing_cache='rebuild'" in line
     proxy = spacy_accelerate.accelerated_components(loaded)["transformer"]
     assert proxy.exported.origin is Origin.EXPORTED  # rebuilt from the pipeline's weights
+    assert proxy.exported.path.parent == empty_cache  # in the loading process's cache
     assert _annotate(loaded, texts) == expected
-    # missing_cache="pytorch": on PyTorch, with the same line first. (The rebuild went
-    # to the cache the saved options name.)
+    # missing_cache="pytorch": on PyTorch, with the same line first.
     caplog.clear()
-    shutil.rmtree(cache_dir)
+    shutil.rmtree(empty_cache)
     with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
         plain = spacy.load(
             folder, config={"nlp": {"after_pipeline_creation": {"missing_cache": "pytorch"}}}

@@ -30,6 +30,7 @@ import pytest
 import spacy
 from annotations import annotations, disagreements, run
 from spacy.language import Language
+from thinc.api import Config
 
 import spacy_accelerate
 from spacy_accelerate import AccuracyError, CacheError, SpacyAccelerateError
@@ -41,6 +42,7 @@ from spacy_accelerate.options.config import MissingCache
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.patch import CONVERT_INPUTS, PassLayerFlag
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.provision import bundle as bundle_module
 from spacy_accelerate.provision import exports as shared_export
 from spacy_accelerate.provision import get_or_export as exported
 from spacy_accelerate.provision.get_or_export import PARITY_FILE
@@ -208,7 +210,7 @@ def test_every_special_id_of_the_tokenizer_is_checked(
 # --------------------------------------------------------------------------- 5. portable
 
 
-def test_a_saved_pipeline_finds_its_cache_where_it_loads(
+def test_a_saved_pipeline_uses_the_callers_cache_where_it_loads(
     roberta: Language,
     tmp_path: Path,
     texts: list[str],
@@ -219,22 +221,17 @@ def test_a_saved_pipeline_finds_its_cache_where_it_loads(
     spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=here, bundle=False)
     roberta.to_disk(tmp_path / "saved")
     saved = (tmp_path / "saved" / "config.cfg").read_text()
-    assert f'saved_cache_dir = "{here}"' in saved
+    assert str(here) not in saved  # no path of this machine goes out with the pipeline
     elsewhere = tmp_path / "bob-env"
     monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(elsewhere))
     with monkeypatch.context() as patched:
         patched.setattr(shared_export, "export_onnx", _no_export)
-        # Where the recorded folder works, it is kept (a hit there) ...
-        assert _proxy(spacy.load(tmp_path / "saved")).exported.path.parent == here
-        # ... unless an explicit override given at load says otherwise.
+        # A folder given at load is the caller's: a hit there.
         shutil.copytree(here, tmp_path / "override")
         override = {"nlp.after_pipeline_creation.cache_dir": str(tmp_path / "override")}
         loaded = spacy.load(tmp_path / "saved", config=override)
         assert _proxy(loaded).exported.path.parent == tmp_path / "override"
-    # On another machine the recorded folder cannot be made: the environment variable
-    # (the error's advice) is followed, and the model is exported there.
-    shutil.rmtree(tmp_path / "alice")
-    (tmp_path / "alice").write_text("not a folder: the recorded path cannot be made here")
+    # Otherwise the environment variable, and the model is exported there.
     loaded = spacy.load(tmp_path / "saved")
     assert _proxy(loaded).exported.path.parent == elsewhere
     assert not disagreements(reference, run(loaded, texts, 8), loaded)
@@ -243,6 +240,42 @@ def test_a_saved_pipeline_finds_its_cache_where_it_loads(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "bob-home"))
     loaded = spacy.load(tmp_path / "saved")
     assert _proxy(loaded).exported.path.parent == tmp_path / "bob-home" / "spacy-accelerate"
+
+
+@pytest.mark.parametrize("bundle", [False, True])
+def test_a_config_from_elsewhere_does_not_choose_where_this_machine_writes(
+    roberta: Language,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    bundle: bool,
+):
+    # Someone else's pipeline names folders of this machine in its config (as an earlier
+    # release's saved_cache_dir, or a hand-written cache_dir); it loads, and serves, but
+    # writes nothing there. With a bundle that cannot be served here, it is rebuilt.
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", cache_dir=tmp_path / "theirs", bundle=bundle)
+    saved = tmp_path / "saved"
+    roberta.to_disk(saved)
+    if bundle:
+        monkeypatch.setattr(bundle_module, "servable_config", _not_servable_here)
+    system = tmp_path / "system"
+    system.mkdir()
+    config = Config().from_disk(saved / "config.cfg")
+    section = config["nlp"]["after_pipeline_creation"]
+    section["cache_dir"] = str(system / "cache")
+    section["saved_cache_dir"] = str(system / "saved")
+    config.to_disk(saved / "config.cfg")
+    monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(tmp_path / "callers"))
+    with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        loaded = spacy.load(saved)
+    assert list(system.iterdir()) == []
+    assert _proxy(loaded).exported.path.parent == tmp_path / "callers"
+    assert "ignored: a loaded pipeline does not choose where this machine writes" in caplog.text
+    assert str(system / "cache") in caplog.text and str(system / "saved") in caplog.text
+
+
+def _not_servable_here(*args: object) -> None:
+    raise bundle_module.Unservable("its runtime is not installed here")
 
 
 def _no_export(*args: object, **kwargs: object) -> None:

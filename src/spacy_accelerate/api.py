@@ -20,7 +20,6 @@ from spacy_accelerate.backends.registry import (
     precision_candidates,
     serve_first,
 )
-from spacy_accelerate.cache.location import saved_cache_dir
 from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import CacheMissError
@@ -345,9 +344,9 @@ def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None)
     served here, else as :func:`optimize` would. Where ``missing_cache="pytorch"`` and its
     model is not cached here, it is left on PyTorch as :func:`restore` leaves it."""
     try:
-        # Recorded as loaded, not as resolved here: a pipeline saved without cache_dir keeps
-        # following the environment where it is loaded next.
-        config = request.to_config(saved_cache_dir(request.cache_dir, request.saved_cache_dir))
+        # The caller's folder only (persist.callers_request), as given, not resolved here:
+        # without one the pipeline keeps following the environment where it loads next.
+        config = request.to_config(request.cache_dir)
         if folder is not None and _served_from_bundle(nlp, request, config, folder):
             _remember(nlp, request)
             return

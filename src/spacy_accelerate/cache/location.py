@@ -1,17 +1,14 @@
-"""Where a saved or pickled pipeline finds its cache on the machine it is loaded on.
+"""Where a pickled pipeline finds its cache on the machine it is unpickled on.
 
-A pipeline saved with ``to_disk`` (or pickled for a worker process) records where its cache
-was; the machine that loads it may have no such folder, or keep its cache elsewhere. The
-cache is resolved when the pipeline loads: an explicit override wins
-(``spacy.load(path, config={"nlp.after_pipeline_creation.cache_dir": ...})``); the recorded
-folder is kept only if it still works here (:func:`usable`); otherwise the
-``SPACY_ACCELERATE_CACHE`` environment variable, and then the platform's default
-(``~/.cache/spacy-accelerate``). A pipeline saved without ``cache_dir`` records none, so it
-follows the environment where it loads, as ``optimize()`` did where it was saved.
+A pipeline pickled for a worker process records where its entry was; the process that
+unpickles it may have no such folder, or keep its cache elsewhere. It looks for the
+entry (by its key) in the recorded folder, the ``SPACY_ACCELERATE_CACHE`` environment
+variable's and the platform's default (``~/.cache/spacy-accelerate``), and only builds (or
+falls back to PyTorch) where none has it: in the recorded folder if it still works here
+(:func:`usable`), else the environment's or the default.
 
-A pickled pipeline knows its entry's key, so it looks for the entry in the recorded folder,
-the environment's and the default, and only builds (or falls back to PyTorch) where none
-has it.
+A pipeline saved with ``to_disk`` records no folder: where it loads, its cache is the
+caller's (:func:`spacy_accelerate.pipeline.persist.callers_request`).
 """
 
 from __future__ import annotations
@@ -64,7 +61,8 @@ def _from_env() -> Path | None:
 
 
 def saved_cache_dir(override: str | os.PathLike[str] | None, recorded: str | None) -> Path:
-    """The cache a saved pipeline uses where it loads (see the module's docstring)."""
+    """The cache a pickled pipeline builds in (see the module's docstring): ``override``,
+    else ``recorded`` where it works here, else the environment's or the default."""
     if override is not None:
         return resolve_cache_dir(override)
     if recorded is not None and usable(Path(recorded)):

@@ -213,8 +213,9 @@ class OptimizeRequest(OptimizeOptions):
     ``GpuOptions.as_dict``); ``cache_dir`` and ``calibration_texts`` are load-time
     overrides, never saved; what is saved in their place follows."""
 
-    #: The cache folder ``optimize()`` was given (absolute), used where it loads only if
-    #: it still works there; None: the environment variable or the default, as then.
+    #: The cache folder that configs saved by earlier releases record. Never written now,
+    #: and ignored where it loads: a loaded pipeline does not choose where this machine
+    #: writes (:func:`spacy_accelerate.pipeline.persist.callers_request`).
     saved_cache_dir: str | None = field(default=None, metadata=LOAD_TIME)
     #: What is saved of the calibration texts ``optimize()`` was given.
     calibration_sha256: str | None = None
@@ -239,7 +240,8 @@ class OptimizeRequest(OptimizeOptions):
             lock_timeout=config.lock_timeout,
             missing_cache=config.missing_cache.value,
             bundle=config.bundle,
-            saved_cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
+            # In memory, for new weights loaded in this process; never saved (see saved()).
+            cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
             # Kept in memory for the load hooks (new weights need calibrating again);
             # never written: see saved() and __getstate__.
             calibration_texts=list(config.calibration_texts) if config.calibration_texts else None,
@@ -255,8 +257,7 @@ class OptimizeRequest(OptimizeOptions):
 
     def to_config(self, cache_dir: str | os.PathLike[str] | None) -> OptimizeConfig:
         """The validated options for the machine the pipeline loads on, its cache folder
-        ``cache_dir`` as the caller resolved it there from :attr:`cache_dir` and
-        :attr:`saved_cache_dir` (:func:`spacy_accelerate.cache.location.saved_cache_dir`)."""
+        ``cache_dir`` as the caller there gives it (None: the environment's or default)."""
         config = validate(self.options(cache_dir), saved=True)
         if self.calibration_texts is None and self.calibration_sha256 is not None:
             config = replace(

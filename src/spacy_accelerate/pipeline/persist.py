@@ -12,11 +12,13 @@ unless ``optimize(bundle=False)``: :mod:`spacy_accelerate.provision.bundle`) or 
 the bundle's verified model files and JSON, nothing is written: no sessions, no pickles,
 and of calibration texts only their sha256 and count.
 
-The saved pipeline is portable: the cache folder is resolved where it loads
-(:mod:`~spacy_accelerate.cache.location`: an override given at load, then
-``SPACY_ACCELERATE_CACHE``, then the recorded folder if it still works there, then the
-default). Loading with ``config={"nlp": {"after_pipeline_creation": {"enabled": False}}}`` keeps a
-saved pipeline on PyTorch, and the recorded options can be overridden the same way.
+The saved pipeline is portable, and a pipeline from someone else does not choose where
+this machine writes: the cache folder comes from the caller only, where it loads (an
+override given to ``spacy.load``'s ``config``, then ``SPACY_ACCELERATE_CACHE``, then the
+default: :func:`callers_request`). A folder named in the saved ``config.cfg`` is ignored,
+with one INFO line. Loading with
+``config={"nlp": {"after_pipeline_creation": {"enabled": False}}}`` keeps a saved pipeline
+on PyTorch, and the recorded options can be overridden the same way.
 
 A load that fails never leaves a half-accelerated pipeline: it is accelerated again
 with the weights it holds, or, where that fails too, left as :func:`restore` leaves it
@@ -26,8 +28,8 @@ with the weights it holds, or, where that fails too, left as :func:`restore` lea
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,26 +95,32 @@ class ReoptimizeAfterLoading:
     method: str
     request: OptimizeRequest
     reapply: Reapply
+    #: Whether ``request`` was read from a saved config (a file from anywhere) rather than
+    #: given to ``optimize()`` in this process: then only the caller chooses its cache.
+    from_file: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Language:
         unpatch_all(self.nlp)
+        request = self.request
+        if self.from_file:
+            request = callers_request(request, kwargs.get("overrides"))
         try:
             loaded = getattr(type(self.nlp), self.method)(self.nlp, *args, **kwargs)
         except BaseException:
-            self._settle()
+            self._settle(request)
             raise
         folder = Path(args[0]) if self.method == "from_disk" and args else None
         try:
-            self.reapply(self.nlp, self.request, folder)
+            self.reapply(self.nlp, request, folder)
         except BaseException:
             restore(self.nlp)
             raise
         return loaded
 
-    def _settle(self) -> None:
+    def _settle(self, request: OptimizeRequest) -> None:
         """After a failed load: accelerated again as recorded, or plain."""
         try:
-            self.reapply(self.nlp, self.request, None)
+            self.reapply(self.nlp, request, None)
         except Exception as error:
             restore(self.nlp)
             logger.warning(
@@ -121,6 +129,40 @@ class ReoptimizeAfterLoading:
                 self.method,
                 error,
             )
+
+
+#: Where ``spacy.load(path, config=...)`` puts the caller's cache folder among the overrides
+#: it hands to ``from_disk`` (spaCy's dot notation).
+CACHE_DIR_OVERRIDE = f"nlp.{CALLBACK_KEY}.cache_dir"
+
+
+def callers_request(
+    request: OptimizeRequest, overrides: Mapping[str, Any] | None
+) -> OptimizeRequest:
+    """``request`` (as the loaded config holds it) with the cache folder only the caller
+    can give: an override given to ``spacy.load`` (``overrides``, which spaCy hands to
+    ``from_disk``), else none (``SPACY_ACCELERATE_CACHE`` or the default). A folder the
+    saved config names is input from whoever wrote the file, so it is ignored, said in one
+    INFO line: a file from elsewhere does not choose where this machine writes."""
+    given = (overrides or {}).get(CACHE_DIR_OVERRIDE)
+    caller = str(given) if given is not None else None
+    named = {"cache_dir": request.cache_dir, "saved_cache_dir": request.saved_cache_dir}
+    ignored = {
+        name: value
+        for name, value in named.items()
+        if value is not None and not (name == "cache_dir" and str(value) == caller)
+    }
+    if ignored:
+        logger.info(
+            "spacy-accelerate: the pipeline's config.cfg names a cache folder (%s), which is "
+            "ignored: a loaded pipeline does not choose where this machine writes. Its "
+            "cache is %s; to choose another, set SPACY_ACCELERATE_CACHE or pass "
+            "config={%r: PATH} to spacy.load.",
+            ", ".join(f"{name}={value!r}" for name, value in ignored.items()),
+            "the one given to spacy.load" if caller else "SPACY_ACCELERATE_CACHE or the default",
+            CACHE_DIR_OVERRIDE,
+        )
+    return replace(request, cache_dir=caller, saved_cache_dir=None)
 
 
 @dataclass(frozen=True)
@@ -138,12 +180,19 @@ class SaveServed:
 
 
 def install_load_hooks(
-    nlp: Language, request: OptimizeRequest, reapply: Reapply, saver: Saver
+    nlp: Language,
+    request: OptimizeRequest,
+    reapply: Reapply,
+    saver: Saver,
+    *,
+    from_file: bool = False,
 ) -> None:
     """Stand in for ``nlp``'s load and save methods, and for ``pipe``
-    (:class:`~spacy_accelerate.pipeline.workers.PipeInWorkers`)."""
+    (:class:`~spacy_accelerate.pipeline.workers.PipeInWorkers`); ``from_file``: as
+    :attr:`ReoptimizeAfterLoading.from_file`."""
     for method in LOAD_METHODS:
-        setattr(nlp, method, ReoptimizeAfterLoading(nlp, method, request, reapply))
+        hook = ReoptimizeAfterLoading(nlp, method, request, reapply, from_file)
+        setattr(nlp, method, hook)
     setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
     install_pipe(nlp)
 
@@ -195,5 +244,5 @@ class AfterCreation:
         if self.previous is not None:
             nlp = self.previous(nlp)
         if self.enabled:
-            install_load_hooks(nlp, self.request, self.reapply, self.saver)
+            install_load_hooks(nlp, self.request, self.reapply, self.saver, from_file=True)
         return nlp

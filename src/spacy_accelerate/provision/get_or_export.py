@@ -473,9 +473,10 @@ def reopen(
     if config.missing_cache is MissingCache.PYTORCH or config.calibrated:
         return None
     verification = exported.verification or Verification(window=DEFAULT_WINDOW)
-    cache = ModelCache(
-        saved_cache_dir(None, str(exported.path.parent)), lock_timeout=config.lock_timeout
-    )
+    # Built where its entry was (a pickle is this process's or the caller's own), except
+    # a bundled model's: nothing is ever written into a saved pipeline's folder.
+    recorded = None if exported.origin is Origin.BUNDLED else str(exported.path.parent)
+    cache = ModelCache(saved_cache_dir(None, recorded), lock_timeout=config.lock_timeout)
     return get_or_export(
         module,
         detected,
