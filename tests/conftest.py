@@ -42,12 +42,16 @@ def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None
         return
     from spacy_accelerate.verify import speed
 
-    def faster(candidate, baseline, items, name, margin=0.0):
-        return speed.Race(0.5, 1.0, name, min(len(items), speed.TIMED_ITEMS), margin)
-
     with pytest.MonkeyPatch.context() as patched:  # apart from the test's own monkeypatch
-        patched.setattr(speed, "race", faster)
+        patched.setattr(speed, "race", always_faster)
         yield
+
+
+def always_faster(candidate, baseline, items, name, margin=0.0):
+    """A race in which the candidate runs in half its rival's time."""
+    from spacy_accelerate.verify import speed
+
+    return speed.Race(0.5, 1.0, name, min(len(items), speed.TIMED_ITEMS), margin)
 
 
 @pytest.fixture(scope="session")

@@ -61,6 +61,13 @@ def _crashed_build(root: Path, key: str, suffix: str = "crashed") -> Path:
     return folder
 
 
+def _manifest_with(folder: Path, **record: object) -> None:
+    """The entry's manifest with ``record`` merged into model.onnx's record."""
+    manifest = json.loads((folder / MANIFEST_NAME).read_text())
+    manifest["files"]["model.onnx"].update(record)
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
 def _leftovers(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith(".tmp-"))
 
@@ -219,8 +226,23 @@ def test_same_size_corruption_is_caught_by_sha256(
         (lambda p: (p / MANIFEST_NAME).write_text('{"key": "'), "not valid JSON"),
         (lambda p: (p / MANIFEST_NAME).write_text("[1, 2]"), "not a JSON object"),
         (lambda p: (p / "weights" / "data.bin").unlink(), "weights/data.bin is missing"),
+        (lambda p: (p / MANIFEST_NAME).write_text("[" * 200_000 + "]" * 200_000), "too deeply"),
+        (lambda p: (p / MANIFEST_NAME).write_text('{"a": ' * 40 + "1" + "}" * 40), "deeper"),
+        (lambda p: (p / MANIFEST_NAME).write_text('{"created": NaN}'), "NaN is not a number"),
+        (lambda p: (p / MANIFEST_NAME).write_bytes(b'{"key": "\xff"}'), "not valid JSON"),
+        (lambda p: _manifest_with(p, size=True), "record of 'model.onnx' is malformed"),
     ],
-    ids=["missing-manifest", "garbled-manifest", "manifest-not-object", "extra-file-missing"],
+    ids=[
+        "missing-manifest",
+        "garbled-manifest",
+        "manifest-not-object",
+        "extra-file-missing",
+        "nested-past-the-parser",
+        "nested-past-the-bound",
+        "nan",
+        "not-utf8",
+        "bool-size",
+    ],
 )
 def test_damaged_entry_is_rebuilt(
     cache: ModelCache,

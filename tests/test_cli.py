@@ -6,8 +6,10 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import spacy
@@ -16,7 +18,10 @@ from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR
 from typer.testing import CliRunner
 
 import spacy_accelerate
+from spacy_accelerate.cli import app as cli
+from spacy_accelerate.cli import outputs
 from spacy_accelerate.cli.app import app
+from spacy_accelerate.cli.outputs import check_pipeline_folder
 from spacy_accelerate.provision.bundle import BUNDLE_DIR, BUNDLE_FILE
 
 runner = CliRunner()
@@ -243,3 +248,73 @@ def test_optimize_accepts_auto_and_cache_list_shows_plans_and_agreement(
     assert "precision='auto' choice: cpu " in listed
     assert re.search(r"plan: (every MatMul int8|\d+ of \d+ MatMuls kept float: )", listed), listed
     assert re.search(r"agreement with PyTorch fp32 on the calibration texts: .*tag \d", listed)
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (lambda tmp, _: _file(tmp / "passwd"), "is a file: give a folder"),
+        (lambda tmp, _: _file(tmp / "notes" / "mine.txt").parent, "is a folder of other files"),
+        (lambda tmp, _: _file(tmp / "a-file") / "below", "a-file is a file, not a folder"),
+        (lambda tmp, patch: _read_only(tmp / "locked", patch) / "saved", "is not writable here"),
+    ],
+    ids=["existing-file", "foreign-folder", "under-a-file", "unwritable-parent"],
+)
+def test_optimize_checks_output_before_any_work(
+    bert_path: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make, pattern
+):
+    output = make(tmp_path, monkeypatch)
+    monkeypatch.setattr(cli, "_load_pipeline", _no_work)
+    result = invoke("optimize", str(bert_path), "--provider", "cpu", "--output", str(output))
+    assert_one_line_error(result, f"--output {output}")
+    assert pattern in result.output
+    assert not cache_dir.exists()  # nothing was built
+
+
+def test_bench_and_annotate_check_their_output_before_any_work(
+    bert_path: Path, texts_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(cli, "_load_pipeline", _no_work)
+    report = _file(tmp_path / "a-file") / "report.json"
+    bench = invoke("bench", str(bert_path), str(texts_file), "--output", str(report))
+    assert_one_line_error(bench, "--output")
+    assert "is a file, not a folder" in bench.output
+    locked = _read_only(tmp_path / "locked", monkeypatch)
+    annotated = invoke("annotate", str(bert_path), str(texts_file), str(locked / "out.jsonl"))
+    assert_one_line_error(annotated, f"OUTPUT {locked / 'out.jsonl'} cannot be written")
+
+
+def test_optimize_output_may_be_new_empty_or_a_pipeline(tmp_path: Path):
+    check_pipeline_folder(tmp_path / "new" / "deeper", "--output")
+    (tmp_path / "empty").mkdir()
+    check_pipeline_folder(tmp_path / "empty", "--output")
+    _file(tmp_path / "pipeline" / "config.cfg")
+    check_pipeline_folder(tmp_path / "pipeline", "--output")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "pipeline"]
+
+
+def _file(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("someone's file")
+    return path
+
+
+def _read_only(path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder this process cannot write into: read-only by its mode, and (root writes
+    whatever the mode says) by the probe the check makes, which fails there as the
+    kernel would."""
+    path.mkdir()
+    path.chmod(0o555)
+    made = tempfile.mkstemp
+
+    def refuse_inside(*args: Any, dir: Any = None, **kwargs: Any) -> Any:
+        if dir is not None and Path(dir) == path:
+            raise PermissionError(13, "Permission denied")
+        return made(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", refuse_inside)
+    return path
+
+
+def _no_work(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the command started its work before checking its output")

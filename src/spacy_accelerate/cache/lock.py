@@ -25,6 +25,7 @@ from pathlib import Path
 
 import filelock
 
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import CacheError
 
 logger = logging.getLogger("spacy_accelerate")
@@ -64,9 +65,9 @@ def _pid_alive(pid: int) -> bool:
 def read_holder(lock_path: Path) -> LockHolder | None:
     """The recorded holder of the lock at ``lock_path``, or None where nothing is recorded."""
     try:
-        record = json.loads(Path(f"{lock_path}{OWNER_SUFFIX}").read_text(encoding="utf8"))
+        record = read_json_object(Path(f"{lock_path}{OWNER_SUFFIX}"))
         return LockHolder(pid=int(record["pid"]), host=str(record["host"]), since=record["since"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, CorruptEntry):
         return None
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cache.ownership import MARK, is_marked, is_real_dir
-from spacy_accelerate.cache.root import unwritable
+from spacy_accelerate.cache.root import KEY_PATTERN, unwritable
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import CacheError
 
 MANIFEST_NAME = "manifest.json"
@@ -44,11 +45,6 @@ def safe_relative(name: str) -> PurePosixPath:
     return rel
 
 
-class CorruptEntry(Exception):
-    """A folder exists but must not be served (or a bundle that must not be
-    loaded); the message says why."""
-
-
 def sha256_file(path: Path) -> str:
     """Stream the file so multi-GB models are never read into memory at once."""
     digest = hashlib.sha256()
@@ -63,20 +59,12 @@ def utc_now_iso() -> str:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    manifest_path = folder / MANIFEST_NAME
     try:
-        raw = manifest_path.read_bytes()
+        return read_json_object(folder / MANIFEST_NAME)
     except FileNotFoundError:
-        raise CorruptEntry("manifest.json is missing") from None
+        raise CorruptEntry(f"{MANIFEST_NAME} is missing") from None
     except OSError as err:
-        raise CorruptEntry(f"manifest.json cannot be read ({err})") from None
-    try:
-        manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CorruptEntry(f"manifest.json is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict):
-        raise CorruptEntry("manifest.json is not a JSON object")
-    return manifest
+        raise CorruptEntry(f"{MANIFEST_NAME} cannot be read ({err})") from None
 
 
 def _check_manifest_fields(
@@ -105,10 +93,12 @@ def file_records(files: Any, where: str) -> Mapping[str, Any]:
             safe_relative(name)
         except ValueError as err:
             raise CorruptEntry(f"{where} lists an {err}") from None
-        if (
-            not isinstance(info, dict)
-            or not isinstance(info.get("size"), int)
-            or not isinstance(info.get("sha256"), str)
+        if not (
+            isinstance(info, dict)
+            and type(info.get("size")) is int
+            and info["size"] >= 0
+            and isinstance(info.get("sha256"), str)
+            and KEY_PATTERN.fullmatch(info["sha256"])  # a hex SHA256, as keys are
         ):
             raise CorruptEntry(f"{where} record of {name!r} is malformed")
     return files

@@ -38,6 +38,7 @@ from spacy_accelerate.cli.app import (
     one_line_errors,
     speaking,
 )
+from spacy_accelerate.cli.outputs import check_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -92,6 +93,7 @@ def _check_output(output: Path, overwrite: bool) -> None:
         raise CommandError(f"OUTPUT {output} is a folder; give a file name ending in .parquet.")
     if output.exists() and not overwrite:
         raise CommandError(f"OUTPUT {output} exists: give another name, or --overwrite.")
+    check_file(output, "OUTPUT")
 
 
 def _pipeline_name(pipeline: str) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from spacy_accelerate._version import __version__
+from spacy_accelerate.cli.outputs import check_file, check_pipeline_folder
 from spacy_accelerate.cli.terms import cli_terms
 
 if TYPE_CHECKING:  # spaCy is imported lazily: `--help` and `doctor` stay fast
@@ -345,6 +346,8 @@ def optimize(
     from spacy_accelerate import api as accelerate
 
     with one_line_errors(), speaking(quiet, verbose):
+        if output is not None:
+            check_pipeline_folder(output, "--output")
         nlp = _load_pipeline(pipeline, code)
         accelerate.optimize(
             nlp,
@@ -439,6 +442,8 @@ def bench(
             raise CommandError(
                 "Give TEXTS_FILE (UTF-8, one text a line) or --gold FILE (.conllu or .spacy)."
             )
+        if output is not None:
+            check_file(output, "--output")
         texts = _read_lines(texts_file) if texts_file is not None else []
         judged: dict[str, Any] = {}  # what only the lossy precisions (and auto) read
         if min_agreement is not None:

@@ -34,7 +34,8 @@ import torch
 from spacy.language import Language
 
 from spacy_accelerate import progress
-from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.cache.store import CacheEntry, ModelCache
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import (
     AccuracyError,
@@ -119,6 +120,17 @@ class Choice:
         )
 
 
+def _stored_choice(entry: CacheEntry) -> Choice:
+    """The choice stored in ``entry``, or a :class:`CacheError` where it cannot be read."""
+    try:
+        return Choice.from_dict(read_json_object(entry.file(CHOICE_FILE)))
+    except (CorruptEntry, KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CacheError(
+            f"The stored auto precision choice in {entry.path} cannot be read ({error}). "
+            "Remove the entry (spacy-accelerate cache clear) so that it is searched again."
+        ) from None
+
+
 def timed_texts(texts: Sequence[str], tokens: int = TIMED_TOKENS) -> list[str]:
     """The first calibration texts holding about ``tokens`` whitespace-separated words."""
     chosen: list[str] = []
@@ -194,7 +206,7 @@ def choose(
             return _chosen(found[0])
         if found:  # the search left the winner in place
             return _chosen(found[0])
-        choice = Choice.from_dict(json.loads(result.entry.file(CHOICE_FILE).read_text()))
+        choice = _stored_choice(result.entry)
         try:
             accelerate(_as_request(config, choice.chosen), {})
         except (AccuracyError, ProviderUnavailableError, ConversionError) as error:
@@ -210,7 +222,7 @@ def choose(
             if found:
                 return _chosen(found[0])
             # Another process stored a new choice meanwhile: serve that one.
-            choice = Choice.from_dict(json.loads(rebuilt.entry.file(CHOICE_FILE).read_text()))
+            choice = _stored_choice(rebuilt.entry)
             accelerate(_as_request(config, choice.chosen), {})
         else:
             logger.info("spacy-accelerate: the stored choice was reused (no search)")

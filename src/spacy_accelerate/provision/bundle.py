@@ -35,6 +35,7 @@ import torch
 
 from spacy_accelerate._version import __version__
 from spacy_accelerate.architectures import DetectedEncoder
+from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.registry import (
     backend_for,
     check_provider,
@@ -53,6 +54,8 @@ from spacy_accelerate.cache.manifest import (
 from spacy_accelerate.cache.manifest import (
     OWNER_MARK as MARK,
 )
+from spacy_accelerate.cache.root import KEY_PATTERN
+from spacy_accelerate.cache.untrusted import read_json_object
 from spacy_accelerate.errors import (
     AccuracyError,
     BundleError,
@@ -65,7 +68,12 @@ from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.record import BuildRecord
-from spacy_accelerate.verify.spot_check import SPOT_CHECK_FILE, load_spot_check, spot_check_gate
+from spacy_accelerate.verify.spot_check import (
+    SPOT_CHECK_FILE,
+    check_items,
+    load_spot_check,
+    spot_check_gate,
+)
 from spacy_accelerate.verify.verification import Verification
 
 #: The bundle's folder in a saved pipeline, and the file that lists it.
@@ -103,19 +111,53 @@ class BundledModel:
     @classmethod
     def from_dict(cls, recorded: Any) -> BundledModel:
         try:
-            key = str(recorded["key"])
-            if not re.fullmatch(r"[0-9a-f]{64}", key):
+            key, window = recorded["key"], recorded["window"]
+            if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
                 raise ValueError(f"key {key!r} is not a SHA256")
+            if type(window) is not int or window <= 0:
+                raise ValueError(f"window {window!r} is not a positive whole number")
             version = recorded.get("runtime_version")
+            if version is not None and not isinstance(version, str):
+                raise ValueError(f"runtime_version {version!r} is not a string")
             return cls(
                 key=key,
                 provider=Provider(recorded["provider"]),
                 precision=Precision(recorded["precision"]),
-                window=int(recorded["window"]),
-                runtime_version=str(version) if version is not None else None,
+                window=window,
+                runtime_version=version,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise CorruptEntry(f"{BUNDLE_FILE} describes a model it cannot ({error})") from None
+
+
+@dataclass(frozen=True)
+class BundledEntry:
+    """One bundled entry, every file of it this library parses read when the bundle was:
+    its manifest (verified against the listing), its build record, and what its spot
+    check runs on (a lossy plan's calibration items and their mean cosine when it was
+    built; for fp32, nothing: random and control ids)."""
+
+    entry: CacheEntry
+    record: BuildRecord
+    items: list[EncoderInputs] | None = None
+    mean_cosine: float | None = None
+
+    @classmethod
+    def read(cls, folder: Path, key: str, listed: Mapping[str, Any]) -> BundledEntry:
+        """Entry ``key`` of the bundle in ``folder`` (its files hashed once, against
+        ``listed``), read as input from elsewhere, or :class:`CorruptEntry` naming it."""
+        try:
+            entry = verify_entry(folder / key, key, hashed=_within(listed, key))
+            record = BuildRecord.from_dict(entry.manifest.get("built"))
+            parity = read_json_object(entry.file(PARITY_FILE))
+            if SPOT_CHECK_FILE not in entry.manifest["files"]:
+                return cls(entry, record)
+            mean = parity.get("spot_check_mean_cosine")
+            if mean is not None and not (isinstance(mean, float) and -1.0 <= mean <= 1.0):
+                raise CorruptEntry(f"{PARITY_FILE} records a mean cosine of {mean!r}")
+            return cls(entry, record, load_spot_check(entry.file(SPOT_CHECK_FILE)), mean)
+        except CorruptEntry as error:
+            raise CorruptEntry(f"in {key}/, {error}") from None
 
 
 @dataclass(frozen=True)
@@ -128,8 +170,8 @@ class Bundle:
     #: (:meth:`~spacy_accelerate.options.request.OptimizeRequest.model_options`): loaded
     #: with others, the pipeline builds what it is asked for instead.
     options: Mapping[str, Any]
-    #: Each component's entry, verified against its own manifest when the bundle was read.
-    entries: Mapping[str, CacheEntry]
+    #: Each component's entry, read (and verified) when the bundle was read.
+    entries: Mapping[str, BundledEntry]
     #: ``precision="auto"``'s choice where the pipeline was optimized with it.
     chosen: str | None = None
 
@@ -170,9 +212,7 @@ def read_bundle(pipeline_dir: Path) -> Bundle | None:
     try:
         if folder.is_symlink() or not folder.is_dir():
             raise CorruptEntry(f"{BUNDLE_DIR} is not a folder")
-        recorded = json.loads((folder / BUNDLE_FILE).read_bytes().decode("utf-8"))
-        if not isinstance(recorded, dict):
-            raise CorruptEntry(f"{BUNDLE_FILE} is not a JSON object")
+        recorded = read_json_object(folder / BUNDLE_FILE)
         version = recorded.get("format_version")
         if isinstance(version, int) and version > BUNDLE_FORMAT:
             raise Unservable(
@@ -194,8 +234,8 @@ def read_bundle(pipeline_dir: Path) -> Bundle | None:
             folder=folder,
             models=bundled,
             options=options,
-            entries={  # each entry's own manifest holds too, its files hashed once above
-                name: verify_entry(folder / model.key, model.key, hashed=_within(listed, model.key))
+            entries={
+                name: BundledEntry.read(folder, model.key, listed)
                 for name, model in bundled.items()
             },
             chosen=recorded.get("chosen") if isinstance(recorded.get("chosen"), str) else None,
@@ -335,7 +375,9 @@ def serve_bundled(
         raise Unservable(f"it holds no model for the component {component!r}")
     model = bundle.models[component]
     config = servable_config(model, config)
-    entry = bundle.entries[component]
+    bundled = bundle.entries[component]
+    entry = bundled.entry
+    checks = _spot_check(bundle, component, config, detected)
     resolved = check_provider(config)
     layout = session_layout(config, detected.spec, buckets, None, model.key)
     backend = backend_for(model.provider)
@@ -343,9 +385,7 @@ def serve_bundled(
         session = open_session(
             entry.file(backend.model_file(config)), resolved, config, layout, None
         )
-        parity = check_parity(
-            module, detected, session, **_spot_check(entry, config, detected, model.window)
-        )
+        parity = check_parity(module, detected, session, **checks)
     except (AccuracyError, ConversionError) as error:
         raise Unservable(f"its spot check against PyTorch fails here: {error}") from None
     except Exception as error:  # the runtime cannot open it here
@@ -358,7 +398,7 @@ def serve_bundled(
         origin=Origin.BUNDLED,
         seconds=time.perf_counter() - start,
         parity=parity,
-        record=BuildRecord.from_dict(entry.manifest.get("built")),
+        record=bundled.record,
         verification=Verification(window=model.window),
         provider=model.provider.value,
         precision=model.precision.value,
@@ -367,15 +407,18 @@ def serve_bundled(
 
 
 def _spot_check(
-    entry: CacheEntry, config: OptimizeConfig, detected: DetectedEncoder, window: int
+    bundle: Bundle, component: str, config: OptimizeConfig, detected: DetectedEncoder
 ) -> dict[str, Any]:
-    """The rows and gate of a bundled model's spot check, as a warm cache hit's."""
+    """The rows and gate of a bundled model's spot check, as a warm cache hit's; a
+    :class:`~spacy_accelerate.errors.BundleError` where its stored items are not ones this
+    encoder can take."""
     gate = config.gate()
-    if SPOT_CHECK_FILE in entry.manifest["files"]:
-        recorded = json.loads(entry.file(PARITY_FILE).read_text())
-        mean = recorded.get("spot_check_mean_cosine") if isinstance(recorded, dict) else None
-        return {
-            "gate": spot_check_gate(gate, mean if isinstance(mean, float) else None),
-            "batches": load_spot_check(entry.file(SPOT_CHECK_FILE)),
-        }
-    return {"gate": gate, "batches": Verification(window=window).batches(detected.spec)}
+    stored = bundle.entries[component]
+    if stored.items is None:
+        window = bundle.models[component].window
+        return {"gate": gate, "batches": Verification(window=window).batches(detected.spec)}
+    try:
+        check_items(stored.items, detected.spec)
+    except CorruptEntry as error:
+        raise _refused(bundle.folder, f"in {bundle.models[component].key}/, {error}") from None
+    return {"gate": spot_check_gate(gate, stored.mean_cosine), "batches": stored.items}

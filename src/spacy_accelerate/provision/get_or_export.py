@@ -36,6 +36,7 @@ from spacy_accelerate.backends.registry import backend_for, open_session, sessio
 from spacy_accelerate.cache.location import saved_cache_dir, search_order
 from spacy_accelerate.cache.provenance import PipelineSource, record_use
 from spacy_accelerate.cache.store import CacheEntry, CacheResult, ModelCache
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import (
     AccuracyError,
     CacheError,
@@ -62,6 +63,7 @@ from spacy_accelerate.verify.record import BuildRecord
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
+    check_items,
     load_spot_check,
     save_spot_check,
     spot_check_gate,
@@ -124,10 +126,9 @@ class ExportedModel:
 def _recorded(entry: CacheEntry) -> dict[str, Any]:
     """The parity report the entry was stored with; empty when it cannot be read."""
     try:
-        report = json.loads(entry.file(PARITY_FILE).read_text())
-    except (ValueError, OSError):  # CacheError is an OSError
+        return read_json_object(entry.file(PARITY_FILE))
+    except (CorruptEntry, OSError):  # CacheError is an OSError
         return {}
-    return report if isinstance(report, dict) else {}
 
 
 def _recorded_report_meets(entry: CacheEntry, gate: Gate) -> bool:
@@ -374,8 +375,14 @@ class _Fetch:
         if self.calibration is not None:
             try:
                 checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
+                check_items(checked_batches, self.detected.spec)
             except OSError as error:
                 raise _EntryGone from error
+            except CorruptEntry as error:
+                raise CacheError(
+                    f"The cached model {entry.path} cannot be checked: {error}. Remove the "
+                    "entry (spacy-accelerate cache clear) so that it is rebuilt."
+                ) from None
             recorded = _recorded(entry).get("spot_check_mean_cosine")
             checked = spot_check_gate(self.gate, recorded)
         with progress.step("checking the cached model against PyTorch"):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.cache.store import OWNER_MARK, CacheEntry
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import (
     AccuracyError,
     AgreementError,
@@ -46,11 +47,11 @@ def raise_recorded_refusal(entry: CacheEntry) -> None:
     if REFUSAL_FILE not in entry.manifest["files"]:
         return
     try:
-        recorded = json.loads(entry.file(REFUSAL_FILE).read_text())
+        recorded = read_json_object(entry.file(REFUSAL_FILE))
         kind, message = recorded["kind"], str(recorded["message"])
         finding = str(recorded["finding"]) if kind == "agreement" else None
         error = None if finding is not None else _REFUSALS[kind]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, CorruptEntry):
         raise CacheError(
             f"The refusal recorded in the cache entry {entry.path} cannot be read; remove the "
             "entry (spacy-accelerate cache clear) so that the model is tried again."

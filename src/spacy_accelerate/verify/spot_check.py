@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.architectures.spec import EncoderSpec
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_int_arrays
 from spacy_accelerate.options.gate import Gate
 
 #: How many calibration items are kept, and where.
@@ -39,26 +41,54 @@ def spot_check_gate(gate: Gate, recorded_mean: float | None) -> Gate:
     return replace(gate, min_mean_cosine=bound)
 
 
+#: The arrays of one stored item, in :meth:`EncoderInputs.feeds`' names.
+ITEM_ARRAYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
 def save_spot_check(items: Sequence[EncoderInputs], folder: Path) -> list[EncoderInputs]:
     """Keep the first items in ``folder`` (which becomes the cache entry); returns them."""
     kept = list(items[:SPOT_CHECK_ITEMS])
     arrays = {
         f"{index}.{name}": array
         for index, item in enumerate(kept)
-        for name, array in item.feeds(("input_ids", "attention_mask", "token_type_ids")).items()
+        for name, array in item.feeds(ITEM_ARRAYS).items()
     }
     np.savez(folder / SPOT_CHECK_FILE, **arrays)  # type: ignore[arg-type]  # numpy's stub
     return kept
 
 
 def load_spot_check(path: Path) -> list[EncoderInputs]:
-    with np.load(path, allow_pickle=False) as stored:
-        count = len(stored.files) // 3
-        return [
-            EncoderInputs(
-                stored[f"{index}.input_ids"],
-                stored[f"{index}.attention_mask"],
-                stored[f"{index}.token_type_ids"],
-            )
-            for index in range(count)
-        ]
+    """The items :func:`save_spot_check` kept, or
+    :class:`~spacy_accelerate.cache.untrusted.CorruptEntry` where the file holds anything
+    else (it may come with a pipeline from elsewhere)."""
+    arrays = read_int_arrays(path, SPOT_CHECK_FILE)
+    count = len(arrays) // len(ITEM_ARRAYS)
+    names = [[f"{index}.{name}" for name in ITEM_ARRAYS] for index in range(count)]
+    if not 0 < count <= SPOT_CHECK_ITEMS or set(arrays) != {n for item in names for n in item}:
+        raise CorruptEntry(f"{SPOT_CHECK_FILE} does not hold the items this release keeps")
+    items = []
+    for item in names:
+        ids, mask, types = (arrays[name] for name in item)
+        if not ids.shape == mask.shape == types.shape or ids.size == 0:
+            raise CorruptEntry(f"{SPOT_CHECK_FILE} holds arrays of unequal or empty shapes")
+        items.append(EncoderInputs(*(array.astype(np.int64) for array in (ids, mask, types))))
+    return items
+
+
+def check_items(items: Sequence[EncoderInputs], spec: EncoderSpec) -> None:
+    """:class:`~spacy_accelerate.cache.untrusted.CorruptEntry` unless every stored item is
+    one ``spec``'s encoder can take: ids in its vocabulary, a 0/1 mask, token types it
+    has, rows no longer than it allows."""
+    for item in items:
+        fits = (
+            item.shape[1] <= spec.longest_input
+            and _within(item.input_ids, spec.vocab_size)
+            and _within(item.attention_mask, 2)
+            and _within(item.token_type_ids, max(1, spec.type_vocab_size))
+        )
+        if not fits:
+            raise CorruptEntry(f"{SPOT_CHECK_FILE} holds items this model cannot take")
+
+
+def _within(array: np.ndarray, bound: int) -> bool:
+    return bool(((array >= 0) & (array < bound)).all())

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from spacy_accelerate.cache.store import sha256_file
+from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import CacheError
 
 logger = logging.getLogger("spacy_accelerate")
@@ -55,10 +56,9 @@ def checked_blobs(folder: Path) -> Iterator[None]:
 
 def _recorded(folder: Path) -> Record:
     try:
-        recorded = json.loads((folder / SUMS_FILE).read_text(encoding="utf8"))
-    except (OSError, ValueError):
+        return read_json_object(folder / SUMS_FILE)
+    except (OSError, CorruptEntry):
         return {}
-    return recorded if isinstance(recorded, dict) else {}
 
 
 def _blobs(folder: Path) -> list[Path]:
