@@ -354,3 +354,47 @@ def test_a_spacy_package_wheel_installed_elsewhere_loads_accelerated_with_no_exp
     assert "export" not in loaded.stderr, loaded.stderr
     assert json.loads(loaded.stdout) == [[list(token) for token in doc] for doc in expected]
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+def test_a_bundled_load_with_a_read_only_home_and_pipeline_serves_and_writes_nothing(
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    tmp_path: Path,
+    texts: list[str],
+    provider: str,
+):
+    """A fleet machine: the pipeline's folder read-only, no cache configured, and a HOME
+    nobody can write (``/proc/self``: root included), where the default cache and the
+    runtimes' telemetry files would go. Served from the bundle, the same annotations."""
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, provider=provider, cache_dir=cache_dir)
+    expected = _annotate(nlp, texts)
+    folder = tmp_path / "saved"
+    nlp.to_disk(folder)
+    before = _tree(folder)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    unset = ("SPACY_ACCELERATE_CACHE", "XDG_CACHE_HOME")
+    env = {name: value for name, value in os.environ.items() if name not in unset}
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOADER, str(folder), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        env={**env, "HOME": "/proc/self"},
+        cwd=workdir,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert re.search(rf"runs {provider} fp32, bundled", loaded.stderr), loaded.stderr
+    assert json.loads(loaded.stdout) == [[list(token) for token in doc] for doc in expected]
+    assert _tree(folder) == before and list(workdir.iterdir()) == []
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``folder`` with its size and modification time."""
+    return {
+        str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+        for path in folder.rglob("*")
+    }
