@@ -241,6 +241,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_audit)
 
 
+def fuzzed(examples: int) -> Any:
+    """Hypothesis's settings for ``examples`` mutations, the same on every run (CI)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+
 def _mutated_copy(pristine: dict[str, Any], data: st.DataObject, root: Path) -> Path:
     """A pipeline folder holding a copy of the bundle with one file mutated and rehashed."""
     source = pristine["folder"] / BUNDLE_DIR
@@ -252,12 +262,7 @@ def _mutated_copy(pristine: dict[str, Any], data: st.DataObject, root: Path) -> 
     return folder
 
 
-@settings(
-    max_examples=2000,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzzed(2000)
 @given(data=st.data())
 def test_a_mutated_bundle_is_read_as_before_or_refused_with_a_bundle_error(
     pristine: dict[str, Any], data: st.DataObject
@@ -279,12 +284,7 @@ def test_a_mutated_bundle_is_read_as_before_or_refused_with_a_bundle_error(
         assert outside == []
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzzed(12)
 @given(data=st.data())
 def test_a_mutated_bundle_that_is_read_serves_the_same_annotations(
     pristine: dict[str, Any], data: st.DataObject, cache_dir: Path
