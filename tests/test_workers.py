@@ -15,7 +15,8 @@ import spacy
 from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR
 
 import spacy_accelerate
-from spacy_accelerate.pipeline.workers import PipeInWorkers, WorkerShare, worker_count
+from spacy_accelerate.pipeline.pipe import AcceleratedPipe
+from spacy_accelerate.pipeline.workers import WorkerShare, worker_count
 
 #: The script each test runs in a fresh interpreter.
 WORKERS_SCRIPT = Path(__file__).parent / "workers_script.py"
@@ -97,7 +98,7 @@ def test_restore_gives_back_spacys_own_pipe(
 ):
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
-    assert isinstance(nlp.pipe, PipeInWorkers)
+    assert isinstance(nlp.pipe, AcceleratedPipe)
     assert len(list(nlp.pipe(ewt_texts[:3], batch_size=2))) == 3
     spacy_accelerate.restore(nlp)
     assert "pipe" not in nlp.__dict__

@@ -108,6 +108,7 @@ def optimize(
     lock_timeout: float | None = None,
     missing_cache: str | MissingCache = "rebuild",
     bundle: bool = True,
+    overlap: bool = False,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -146,6 +147,11 @@ def optimize(
     pipeline, so that ``spacy.load`` serves them on any machine that can run them, with no
     export or search (see :mod:`spacy_accelerate.provision.bundle`); False saves only the
     options, and every machine builds from the pipeline's weights or its cache.
+    ``overlap`` (default False, while the split of threads between the runtime and spaCy's
+    components is measured): ``nlp.pipe`` runs the transformer in a helper thread while
+    the components behind it annotate the batch before, where the pipeline has such
+    components and the process two CPUs or more (same documents, same order, same
+    annotations; see :mod:`spacy_accelerate.pipeline.overlap`).
 
     An option that no plan of the request would read raises
     :class:`~spacy_accelerate.errors.InvalidOptionError` naming it, the provider and
@@ -463,6 +469,7 @@ def make_optimize_callback(
     lock_timeout: float | None = None,
     missing_cache: str = MissingCache.REBUILD.value,
     bundle: bool = True,
+    overlap: bool = False,
     cache_dir: str | None = None,
     saved_cache_dir: str | None = None,
     calibration_texts: list[str] | None = None,

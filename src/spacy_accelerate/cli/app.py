@@ -338,6 +338,13 @@ def optimize(
             "options, and each machine builds from the weights or its cache)."
         ),
     ] = True,
+    overlap: Annotated[
+        bool,
+        typer.Option(
+            help="--output's pipeline runs the transformer while spaCy's components annotate "
+            "the batch before (default --no-overlap: one after the other)."
+        ),
+    ] = False,
     code: Code = None,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -366,6 +373,7 @@ def optimize(
             lock_timeout=lock_timeout,
             missing_cache=missing_cache,
             bundle=bundle,
+            overlap=overlap,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
             exported, parity = proxy.exported, proxy.exported.parity

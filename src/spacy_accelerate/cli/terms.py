@@ -29,10 +29,11 @@ FLAGS: dict[str, str] = {
     "lock_timeout": "--lock-timeout",
     "missing_cache": "--missing-cache",
     "bundle": "--bundle",
+    "overlap": "--overlap",
 }
 
 #: Options that are on/off switches: ``fallback=False`` is ``--no-fallback``.
-SWITCHES = frozenset({"warmup", "verify", "fallback", "bundle"})
+SWITCHES = frozenset({"warmup", "verify", "fallback", "bundle", "overlap"})
 
 #: What the command line takes in place of a Python value, for options given otherwise.
 PLACEHOLDERS: dict[str, str] = {

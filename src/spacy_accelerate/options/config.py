@@ -164,6 +164,9 @@ class OptimizeConfig:
     opset: int = DEFAULT_OPSET
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
+    #: Whether ``nlp.pipe`` runs the transformer in a helper thread while the components
+    #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`).
+    overlap: bool = False
     #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).
     calibration_texts: tuple[str, ...] | None = None

@@ -72,6 +72,7 @@ class OptimizeOptions:
         default=MissingCache.REBUILD.value, metadata=LOAD_TIME
     )
     bundle: bool = field(default=True, metadata=LOAD_TIME)
+    overlap: bool = field(default=False, metadata=LOAD_TIME)
 
 
 def build_config(
@@ -133,6 +134,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
         precision=parsed_precision,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
         warmup=bool(options.warmup),
+        overlap=bool(options.overlap),
         verify=bool(options.verify),
         tolerance=float(tolerance) if tolerance is not None else None,
         min_cosine=float(min_cosine) if min_cosine is not None else None,
@@ -229,6 +231,7 @@ class OptimizeRequest(OptimizeOptions):
             provider=config.provider.value,
             precision=config.precision.value,
             warmup=config.warmup,
+            overlap=config.overlap,
             verify=config.verify,
             tolerance=config.tolerance,
             min_cosine=config.min_cosine,

@@ -38,9 +38,9 @@ from spacy.language import Language
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import unpatch
+from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.training_guard import remove_training_guards
-from spacy_accelerate.pipeline.workers import install_pipe, remove_pipe
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -188,13 +188,13 @@ def install_load_hooks(
     from_file: bool = False,
 ) -> None:
     """Stand in for ``nlp``'s load and save methods, and for ``pipe``
-    (:class:`~spacy_accelerate.pipeline.workers.PipeInWorkers`); ``from_file``: as
+    (:class:`~spacy_accelerate.pipeline.pipe.AcceleratedPipe`); ``from_file``: as
     :attr:`ReoptimizeAfterLoading.from_file`."""
     for method in LOAD_METHODS:
         hook = ReoptimizeAfterLoading(nlp, method, request, reapply, from_file)
         setattr(nlp, method, hook)
     setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
-    install_pipe(nlp)
+    install_pipe(nlp, bool(request.overlap))
 
 
 def remove_load_hooks(nlp: Language) -> None:

@@ -16,8 +16,10 @@ each. Two things would go wrong in them without this module:
   runtime threads divided among the workers of the ``pipe`` call that started it, at
   least one (:meth:`WorkerShare.threads_each`); a pickled pipeline carries that count,
   and the unpickling worker runs torch on as many threads. The count is known because an
-  accelerated pipeline's ``nlp.pipe`` is :class:`PipeInWorkers`, which records N while
-  the call runs. Ray actors follow their own CPUs instead (``spacy_accelerate.ray``).
+  accelerated pipeline's ``nlp.pipe``
+  (:class:`~spacy_accelerate.pipeline.pipe.AcceleratedPipe`) records N while the call
+  runs (:meth:`WorkerShare.sharing`). Ray actors follow their own CPUs instead
+  (``spacy_accelerate.ray``).
 """
 
 from __future__ import annotations
@@ -27,14 +29,8 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 import torch
-from spacy.language import Language
-
-#: The ``nlp`` attribute that :class:`PipeInWorkers` stands in for.
-PIPE_METHOD = "pipe"
 
 
 class WorkerShare:
@@ -90,32 +86,3 @@ os.register_at_fork(after_in_child=after_fork_in_child)
 def worker_count(n_process: int) -> int:
     """The worker processes spaCy starts for ``n_process`` (-1: one per CPU)."""
     return multiprocessing.cpu_count() if n_process == -1 else max(1, n_process)
-
-
-@dataclass(frozen=True)
-class PipeInWorkers:
-    """Stands in for ``nlp.pipe`` on an accelerated pipeline: spaCy's own ``pipe``, with
-    the count of its worker processes recorded while it runs (see the module's
-    docstring). With one process it is spaCy's ``pipe`` itself."""
-
-    nlp: Language
-
-    def __call__(self, texts: Any, *args: Any, n_process: int = 1, **kwargs: Any) -> Iterator[Any]:
-        pipe = type(self.nlp).pipe
-        if n_process == 1:
-            return pipe(self.nlp, texts, *args, **kwargs)
-        return self._shared(pipe(self.nlp, texts, *args, n_process=n_process, **kwargs), n_process)
-
-    @staticmethod
-    def _shared(docs: Iterator[Any], n_process: int) -> Iterator[Any]:
-        with WORKERS.sharing(worker_count(n_process)):
-            yield from docs
-
-
-def install_pipe(nlp: Language) -> None:
-    setattr(nlp, PIPE_METHOD, PipeInWorkers(nlp))
-
-
-def remove_pipe(nlp: Language) -> None:
-    if isinstance(nlp.__dict__.get(PIPE_METHOD), PipeInWorkers):
-        del nlp.__dict__[PIPE_METHOD]

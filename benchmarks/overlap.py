@@ -1,0 +1,95 @@
+"""The accelerated pipeline with the transformer overlapping spaCy's components against the
+same pipeline one after the other (``optimize(overlap=...)``).
+
+    python benchmarks/overlap.py --pipelines minilm-ewt trf-base \\
+        --output benchmarks/results/overlap-<machine>.json
+
+For each pipeline: ``optimize()`` as asked (default ``auto``), then the held-out EWT test
+documents annotated by ``nlp.pipe`` with and without overlap, alternating, ``--repeats``
+times; words per second over the whole call (median and range), the ratio, and whether
+the annotations (tags, dependencies, entities, and the transformer's last layer) are
+identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from run import machine  # noqa: E402
+from spacy_accelerate_samples import ewt  # noqa: E402
+from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
+
+import spacy_accelerate  # noqa: E402
+from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
+from spacy_accelerate.pipeline.pipe import AcceleratedPipe  # noqa: E402
+
+
+def _annotations(doc: Any) -> tuple:
+    hidden = doc._.trf_data.last_hidden_layer_state.dataXd.tobytes()
+    return [(t.tag_, t.dep_, t.head.i, t.ent_iob_ + t.ent_type_) for t in doc], hidden
+
+
+def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    nlp = load_benchmark_pipeline(name)
+    spacy_accelerate.optimize(nlp, args.provider, args.precision)
+    (proxy,) = spacy_accelerate.accelerated_components(nlp).values()
+    variants = {"overlap": AcceleratedPipe(nlp, True), "no overlap": AcceleratedPipe(nlp, False)}
+    words = sum(len(text.split()) for text in texts)
+    seconds: dict[str, list[float]] = {variant: [] for variant in variants}
+    outputs: dict[str, list] = {}
+    for pipe in variants.values():  # warm
+        list(pipe(texts[:16], batch_size=args.batch_size))
+    for _ in range(args.repeats):
+        for variant, pipe in variants.items():  # alternating
+            started = time.perf_counter()
+            docs = list(pipe(texts, batch_size=args.batch_size))
+            seconds[variant].append(time.perf_counter() - started)
+            outputs[variant] = [_annotations(doc) for doc in docs]
+            print(f"{name}: {variant} {words / seconds[variant][-1]:,.0f} words/s", flush=True)
+    wps = {variant: [words / s for s in taken] for variant, taken in seconds.items()}
+    median = {variant: statistics.median(values) for variant, values in wps.items()}
+    return {
+        "served": proxy.exported.summary,
+        "threads": proxy.session.config.intra_op_threads,
+        "words": words,
+        "wps": {
+            variant: {"median": round(median[variant]), "range": [round(min(v)), round(max(v))]}
+            for variant, v in wps.items()
+        },
+        "ratio_overlap_vs_not": round(median["overlap"] / median["no overlap"], 3),
+        "identical_annotations": outputs["overlap"] == outputs["no overlap"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
+    parser.add_argument("--provider", default="auto")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--sentences", type=int, default=1000, help="EWT test sentences")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args()
+    docs = ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
+    texts = [doc.text for doc in docs]
+    report = {
+        "machine": machine(),
+        "options": {"provider": args.provider, "precision": args.precision},
+        "repeats": args.repeats,
+        "batch_size": args.batch_size,
+        "pipelines": {name: measure(name, texts, args) for name in args.pipelines},
+    }
+    write_report(report, args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""``nlp.pipe`` of an accelerated pipeline: spaCy's own, run in worker processes that share
+the CPUs (:mod:`.workers`), or with the transformer overlapping the components behind it
+(:mod:`.overlap`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from spacy.language import Language
+
+from spacy_accelerate.options.config import default_threads
+from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.overlap import OverlappedPipe, Stages
+from spacy_accelerate.pipeline.workers import WORKERS, worker_count
+
+#: The ``nlp`` attribute that :class:`AcceleratedPipe` stands in for.
+PIPE_METHOD = "pipe"
+
+
+@dataclass(frozen=True)
+class AcceleratedPipe:
+    """Stands in for ``nlp.pipe``, with spaCy's signature and results. With ``n_process``
+    other than 1: spaCy's own, the count of its workers recorded while it runs (each
+    worker's share of threads). In one process, with ``overlap`` and two CPUs or more,
+    where a component follows the transformer: :class:`.overlap.OverlappedPipe`.
+    Otherwise spaCy's ``pipe`` itself."""
+
+    nlp: Language
+    overlap: bool = False
+
+    def __call__(
+        self,
+        texts: Iterable[Any],
+        *,
+        as_tuples: bool = False,
+        batch_size: int | None = None,
+        disable: Iterable[str] = (),
+        component_cfg: dict[str, dict[str, Any]] | None = None,
+        n_process: int = 1,
+    ) -> Iterator[Any]:
+        pipe: Callable[..., Iterator[Any]] = type(self.nlp).pipe  # spaCy's own
+        options: dict[str, Any] = {"batch_size": batch_size, "disable": list(disable)}
+        options["component_cfg"] = component_cfg
+        if n_process != 1:
+            docs = pipe(self.nlp, texts, as_tuples=as_tuples, n_process=n_process, **options)
+            return _shared(docs, n_process)
+        stages = Stages.of(self.nlp, [c.name for c in transformer_components(self.nlp)], disable)
+        # as_tuples: spaCy's pipe calls this one again with documents that carry contexts.
+        if as_tuples or not (self.overlap and stages.overlaps and default_threads() > 1):
+            return pipe(self.nlp, texts, as_tuples=as_tuples, **options)
+        size = batch_size if batch_size is not None else self.nlp.batch_size
+        return iter(OverlappedPipe(self.nlp, texts, stages, options, size))
+
+
+def _shared(docs: Iterator[Any], n_process: int) -> Iterator[Any]:
+    with WORKERS.sharing(worker_count(n_process)):
+        yield from docs
+
+
+def install_pipe(nlp: Language, overlap: bool) -> None:
+    setattr(nlp, PIPE_METHOD, AcceleratedPipe(nlp, overlap))
+
+
+def remove_pipe(nlp: Language) -> None:
+    if isinstance(nlp.__dict__.get(PIPE_METHOD), AcceleratedPipe):
+        del nlp.__dict__[PIPE_METHOD]

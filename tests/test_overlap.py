@@ -1,0 +1,173 @@
+"""The transformer overlapping spaCy's components (``spacy_accelerate.pipeline.overlap``):
+the same documents, in the same order, with the same annotations as one after the other;
+errors on either side in the caller's thread; no thread outlives the ``pipe`` call."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import spacy
+from annotations import annotations
+from spacy.language import Language
+from spacy.tokens import Doc
+from spacy_accelerate_samples.pipelines import SAMPLE_NAMES
+
+import spacy_accelerate
+from spacy_accelerate.pipeline import overlap as overlap_module
+from spacy_accelerate.pipeline.overlap import Stages
+from spacy_accelerate.pipeline.pipe import AcceleratedPipe
+
+HELPER = "spacy-accelerate-transformer"
+
+
+def _helpers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == HELPER]
+
+
+def _everything(doc: Doc) -> tuple:
+    """Every annotation, the transformer's output included."""
+    data = doc._.trf_data if doc.has_extension("trf_data") else None
+    hidden = getattr(data, "last_hidden_layer_state", None)
+    return (
+        doc.text,
+        annotations(doc),
+        [token.lemma_ for token in doc],
+        hidden.dataXd.tobytes() if hidden is not None else None,
+    )
+
+
+@pytest.fixture(scope="module")
+def many_texts(ewt_texts: list[str]) -> list[str]:
+    return ewt_texts[:40]
+
+
+@pytest.mark.parametrize("name", [name for name in SAMPLE_NAMES if name != "trf-base"])
+def test_overlap_gives_the_same_documents_in_the_same_order(
+    name: str, sample_path: Callable[[str], Path], cache_dir: Path, many_texts: list[str]
+):
+    nlp = spacy.load(sample_path(name))
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=True)
+    plain = [_everything(d) for d in AcceleratedPipe(nlp, overlap=False)(many_texts, batch_size=4)]
+    seen: list[int] = []
+    overlapped = []
+    for doc in nlp.pipe(many_texts, batch_size=4):
+        seen.append(len(_helpers()))
+        overlapped.append(_everything(doc))
+    assert overlapped == plain
+    assert max(seen) == 1  # the transformer ran in the helper thread
+    assert _helpers() == []
+
+
+@pytest.fixture()
+def roberta(sample_path: Callable[[str], Path], cache_dir: Path) -> Language:
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=True)
+    return nlp
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def test_an_error_behind_the_transformer_reaches_the_caller_and_stops_the_helper(
+    roberta: Language, many_texts: list[str]
+):
+    calls = []
+
+    @Language.component("fails_on_the_third_batch")
+    def fails(doc: Doc) -> Doc:
+        calls.append(doc)
+        if len(calls) > 8:
+            raise Boom("a downstream component failed")
+        return doc
+
+    roberta.add_pipe("fails_on_the_third_batch")
+    with pytest.raises(Boom, match="downstream"):
+        list(roberta.pipe(many_texts, batch_size=4))
+    assert _helpers() == []
+
+
+def test_an_error_in_the_transformer_reaches_the_caller(
+    roberta: Language, many_texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    proxy = spacy_accelerate.accelerated_components(roberta)["transformer"]
+    run = proxy._run
+    calls = []
+
+    def fails(*args, **kwargs):
+        calls.append(threading.current_thread().name)
+        if len(calls) > 2:
+            raise Boom("the transformer failed")
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(proxy, "_run", fails)
+    done = []
+    with pytest.raises(Boom, match="transformer failed"):
+        for doc in roberta.pipe(many_texts, batch_size=4):
+            done.append(doc)
+    assert set(calls) == {HELPER}
+    assert 0 < len(done) < len(many_texts)
+    assert _helpers() == []
+
+
+def test_a_generator_closed_early_leaves_no_thread(roberta: Language, many_texts: list[str]):
+    stream = roberta.pipe(many_texts, batch_size=4)
+    first = [next(stream) for _ in range(3)]
+    assert len(_helpers()) == 1
+    stream.close()
+    assert _helpers() == [] and len(first) == 3
+
+
+def test_as_tuples_disable_and_component_cfg_are_spacys(roberta: Language, many_texts: list[str]):
+    pairs = [(text, index) for index, text in enumerate(many_texts[:12])]
+    plain = AcceleratedPipe(roberta, overlap=False)
+    for options in ({"disable": ["ner"]}, {"component_cfg": {"tagger": {"batch_size": 3}}}):
+        expected = [_everything(d) for d in plain(many_texts[:12], batch_size=4, **options)]
+        got = [_everything(d) for d in roberta.pipe(many_texts[:12], batch_size=4, **options)]
+        assert got == expected
+    tupled = list(roberta.pipe(pairs, as_tuples=True, batch_size=4))
+    assert [context for _, context in tupled] == list(range(12))
+    assert [_everything(doc) for doc, _ in tupled] == [
+        _everything(d) for d in plain(many_texts[:12], batch_size=4)
+    ]
+
+
+def test_the_stages_split_around_the_transformers():
+    nlp = spacy.blank("en")
+    for name in ("front", "trf", "middle", "back"):
+        nlp.add_pipe("sentencizer", name=name)
+    stages = Stages.of(nlp, ["trf", "middle"], disable=["back"])
+    assert stages == Stages(("front",), ("trf", "middle"), ())
+    assert not stages.overlaps  # nothing behind the transformers: one after the other
+    stages = Stages.of(nlp, ["trf"], disable=[])
+    assert stages.overlaps and stages.behind == ("middle", "back")
+    assert stages.others(stages.helper) == ["front", "middle", "back"]
+
+
+def test_overlap_false_and_one_cpu_run_spacys_pipe(
+    roberta: Language, many_texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    def no_overlap(*args: object, **kwargs: object) -> Iterator[Doc]:
+        raise AssertionError("overlap was used")
+
+    monkeypatch.setattr(overlap_module.OverlappedPipe, "__iter__", no_overlap)
+    assert len(list(AcceleratedPipe(roberta, overlap=False)(many_texts[:4]))) == 4
+    spacy_accelerate.optimize(roberta, "cpu", "fp32")  # the default: no overlap
+    assert len(list(roberta.pipe(many_texts[:4]))) == 4
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", overlap=True)
+    from spacy_accelerate.pipeline import pipe as pipe_module
+
+    monkeypatch.setattr(pipe_module, "default_threads", lambda: 1)
+    assert len(list(roberta.pipe(many_texts[:4]))) == 4
+
+
+def test_overlap_is_recorded_with_the_pipeline(roberta: Language, tmp_path: Path):
+    roberta.to_disk(tmp_path / "saved")
+    assert "overlap = true" in (tmp_path / "saved" / "config.cfg").read_text()
+    loaded = spacy.load(tmp_path / "saved")
+    assert isinstance(loaded.pipe, AcceleratedPipe) and loaded.pipe.overlap
+    off = spacy.load(tmp_path / "saved", config={"nlp.after_pipeline_creation.overlap": False})
+    assert not off.pipe.overlap
