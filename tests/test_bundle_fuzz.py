@@ -13,6 +13,7 @@ import json
 import shutil
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -94,6 +95,10 @@ def pristine(
 # --------------------------------------------------------------------------- mutations
 
 
+DEPTHS = [33, 100, 5_000, 100_000]
+RAW_VALUES = [b"1e999", b"-1e999", b"9" * 5_000, b'"' + b"9" * 5_000 + b'"', b"-0.0", b"1e-400"]
+
+
 def _deep(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 
@@ -102,7 +107,7 @@ def _deep(depth: int) -> bytes:
 def json_mutations(draw: st.DrawFn, original: bytes) -> bytes:
     """``original`` (a JSON file) changed: a value replaced, a key removed, a deep nesting
     put in, NaN, or its bytes broken."""
-    kind = draw(st.sampled_from(["replace", "remove", "nest", "bytes", "whole"]))
+    kind = draw(st.sampled_from(["replace", "remove", "nest", "raw", "bytes", "whole"]))
     if kind == "bytes":
         return draw(byte_mutations(original))
     if kind == "whole":
@@ -115,11 +120,14 @@ def json_mutations(draw: st.DrawFn, original: bytes) -> bytes:
     if kind == "remove" and isinstance(parent, dict):
         del parent[key]
         return json.dumps(value).encode()
-    marker = "\x00deep\x00"
-    parent[key] = marker if kind == "nest" else draw(JSON_VALUES)
+    marker = "\x00marker\x00"
+    parent[key] = marker if kind in ("nest", "raw") else draw(JSON_VALUES)
     text = json.dumps(value).encode()
-    depth = draw(st.sampled_from([33, 100, 5_000, 100_000]))
-    return text.replace(json.dumps(marker).encode(), _deep(depth)) if kind == "nest" else text
+    if kind == "nest":
+        return text.replace(json.dumps(marker).encode(), _deep(draw(st.sampled_from(DEPTHS))))
+    if kind == "raw":  # what json.dumps never writes: overflowing numbers, huge ones
+        return text.replace(json.dumps(marker).encode(), draw(st.sampled_from(RAW_VALUES)))
+    return text
 
 
 def _pick(draw: st.DrawFn, value: Any) -> tuple[Any, Any]:
@@ -155,7 +163,14 @@ def array_mutations(draw: st.DrawFn, original: bytes) -> bytes:
     with np.load(io.BytesIO(original)) as stored:
         arrays = {name: stored[name] for name in stored.files}
     name = draw(st.sampled_from(sorted(arrays)))
-    kind = draw(st.sampled_from(["dtype", "shape", "values", "remove", "add", "object"]))
+    kinds = ["dtype", "shape", "values", "remove", "add", "object", "not-npy", "rows"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "not-npy":  # a member of the right name that is no .npy array
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for member in arrays:
+                archive.writestr(f"{member}.npy", b"x" if member == name else b"")
+        return buffer.getvalue()
     if kind == "dtype":
         arrays[name] = arrays[name].astype(draw(st.sampled_from(["float32", "uint8", "bool"])))
     elif kind == "shape":
@@ -166,6 +181,8 @@ def array_mutations(draw: st.DrawFn, original: bytes) -> bytes:
         del arrays[name]
     elif kind == "add":
         arrays["9.input_ids"] = arrays[name]
+    elif kind == "rows":
+        arrays[name] = np.zeros((2_000_000, 1), dtype=np.uint8)
     else:
         arrays[name] = np.array([{"not": "ids"}], dtype=object)
     buffer = io.BytesIO()

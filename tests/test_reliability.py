@@ -41,6 +41,7 @@ from spacy_accelerate.cache.store import MANIFEST_NAME, ModelCache, sha256_file
 from spacy_accelerate.options.config import MissingCache
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.patch import CONVERT_INPUTS, PassLayerFlag
+from spacy_accelerate.pipeline.persist import CALLBACK_NAME
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.provision import bundle as bundle_module
 from spacy_accelerate.provision import exports as shared_export
@@ -230,6 +231,11 @@ def test_a_saved_pipeline_uses_the_callers_cache_where_it_loads(
         shutil.copytree(here, tmp_path / "override")
         override = {"nlp.after_pipeline_creation.cache_dir": str(tmp_path / "override")}
         loaded = spacy.load(tmp_path / "saved", config=override)
+        assert _proxy(loaded).exported.path.parent == tmp_path / "override"
+        # ... also where the caller gives the whole section (spaCy keeps it as one value).
+        section = {"@callbacks": CALLBACK_NAME, "cache_dir": str(tmp_path / "override")}
+        whole = {"nlp": {"after_pipeline_creation": section}}
+        loaded = spacy.load(tmp_path / "saved", config=whole)
         assert _proxy(loaded).exported.path.parent == tmp_path / "override"
     # Otherwise the environment variable, and the model is exported there.
     loaded = spacy.load(tmp_path / "saved")

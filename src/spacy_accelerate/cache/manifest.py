@@ -31,6 +31,8 @@ MANIFEST_FORMAT_VERSION = 1
 #: The file in every entry (and build folder) that says the library made it.
 OWNER_MARK = MARK
 _HASH_CHUNK = 1024 * 1024
+#: The most folders a listed file may sit in (this release writes one or two).
+MAX_NAME_PARTS = 16
 
 
 def safe_relative(name: str) -> PurePosixPath:
@@ -40,6 +42,8 @@ def safe_relative(name: str) -> PurePosixPath:
     rel = PurePosixPath(name)
     if rel.is_absolute() or any(part in ("", ".", "..") for part in rel.parts):
         raise ValueError(f"unsafe file name {name!r}")
+    if len(rel.parts) > MAX_NAME_PARTS:  # os.walk recurses once a folder
+        raise ValueError(f"file name {name[:80]!r}... nested more than {MAX_NAME_PARTS} deep")
     if str(rel) != name:
         raise ValueError(f"file name {name!r} is not in normal form")
     return rel

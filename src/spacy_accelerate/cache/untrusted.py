@@ -13,6 +13,7 @@ that into the error of the interface the user called (``BundleError``, ``CacheEr
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ import numpy as np
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: The deepest nesting of lists and objects read: this release writes under 10 levels.
 MAX_JSON_DEPTH = 32
+#: The most digits of a whole number read (this release writes sizes and counts).
+MAX_INT_DIGITS = 20
 #: The most bytes the arrays of one ``.npz`` file may unpack to (what this release
 #: writes: a few batches of token ids).
 MAX_ARRAY_BYTES = 256 * 1024 * 1024
@@ -44,7 +47,12 @@ def read_json(path: Path, name: str | None = None) -> Any:
     if len(raw) > MAX_JSON_BYTES:
         raise CorruptEntry(f"{called} is larger than {MAX_JSON_BYTES:,} bytes")
     try:
-        value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        value = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_short_int,
+        )
     except RecursionError:
         raise CorruptEntry(f"{called} is nested too deeply") from None
     except (ValueError, MemoryError) as error:  # UnicodeDecodeError, JSONDecodeError
@@ -64,6 +72,19 @@ def read_json_object(path: Path, name: str | None = None) -> dict[str, Any]:
 
 def _refuse_constant(constant: str) -> Any:
     raise ValueError(f"{constant} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return value
+
+
+def _short_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise ValueError(f"a whole number of {len(text)} digits")
+    return int(text)
 
 
 def _short(error: BaseException) -> str:
@@ -108,9 +129,7 @@ def read_int_arrays(path: Path, name: str | None = None) -> dict[str, np.ndarray
             f"{called} is not an archive of numpy arrays ({type(error).__name__}: {_short(error)})"
         ) from None
     for key, array in arrays.items():
-        if array.ndim != 2 or array.dtype.kind not in "iu":
-            raise CorruptEntry(
-                f"{called} holds {key!r} as a {array.ndim}-dimensional {array.dtype} array, "
-                "not a table of integers"
-            )
+        # numpy hands back the raw bytes of a member that is not an .npy array.
+        if not isinstance(array, np.ndarray) or array.ndim != 2 or array.dtype.kind not in "iu":
+            raise CorruptEntry(f"{called} holds {key!r} as something else than a table of integers")
     return arrays

@@ -145,6 +145,9 @@ def callers_request(
     saved config names is input from whoever wrote the file, so it is ignored, said in one
     INFO line: a file from elsewhere does not choose where this machine writes."""
     given = (overrides or {}).get(CACHE_DIR_OVERRIDE)
+    section = (overrides or {}).get(f"nlp.{CALLBACK_KEY}")
+    if given is None and isinstance(section, Mapping):  # the whole section overridden
+        given = section.get("cache_dir")
     caller = str(given) if given is not None else None
     named = {"cache_dir": request.cache_dir, "saved_cache_dir": request.saved_cache_dir}
     ignored = {

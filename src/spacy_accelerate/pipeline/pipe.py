@@ -41,7 +41,8 @@ class AcceleratedPipe:
         n_process: int = 1,
     ) -> Iterator[Any]:
         pipe: Callable[..., Iterator[Any]] = type(self.nlp).pipe  # spaCy's own
-        options: dict[str, Any] = {"batch_size": batch_size, "disable": list(disable)}
+        disable = list(disable)  # read once: it may be a generator
+        options: dict[str, Any] = {"batch_size": batch_size, "disable": disable}
         options["component_cfg"] = component_cfg
         if n_process != 1:
             docs = pipe(self.nlp, texts, as_tuples=as_tuples, n_process=n_process, **options)

@@ -72,6 +72,7 @@ from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     check_items,
     load_spot_check,
+    recorded_mean,
     spot_check_gate,
 )
 from spacy_accelerate.verify.verification import Verification
@@ -81,6 +82,8 @@ BUNDLE_DIR = "spacy_accelerate"
 BUNDLE_FILE = "bundle.json"
 #: The layout of ``bundle.json`` this release writes and reads (later ones are refused).
 BUNDLE_FORMAT = 1
+#: A runtime's release as the runtimes name them (``1.32.0``, ``2026.4.1-20000-abc``).
+RELEASE_PATTERN = re.compile(r"[\w.+-]{1,64}")
 
 
 class Unservable(Exception):
@@ -117,8 +120,10 @@ class BundledModel:
             if type(window) is not int or window <= 0:
                 raise ValueError(f"window {window!r} is not a positive whole number")
             version = recorded.get("runtime_version")
-            if version is not None and not isinstance(version, str):
-                raise ValueError(f"runtime_version {version!r} is not a string")
+            if version is not None and not (
+                isinstance(version, str) and RELEASE_PATTERN.fullmatch(version)
+            ):
+                raise ValueError(f"runtime_version {version!r} is not a release")
             return cls(
                 key=key,
                 provider=Provider(recorded["provider"]),
@@ -152,9 +157,7 @@ class BundledEntry:
             parity = read_json_object(entry.file(PARITY_FILE))
             if SPOT_CHECK_FILE not in entry.manifest["files"]:
                 return cls(entry, record)
-            mean = parity.get("spot_check_mean_cosine")
-            if mean is not None and not (isinstance(mean, float) and -1.0 <= mean <= 1.0):
-                raise CorruptEntry(f"{PARITY_FILE} records a mean cosine of {mean!r}")
+            mean = recorded_mean(parity, PARITY_FILE)
             return cls(entry, record, load_spot_check(entry.file(SPOT_CHECK_FILE)), mean)
         except CorruptEntry as error:
             raise CorruptEntry(f"in {key}/, {error}") from None

@@ -65,6 +65,7 @@ from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     check_items,
     load_spot_check,
+    recorded_mean,
     save_spot_check,
     spot_check_gate,
 )
@@ -376,6 +377,7 @@ class _Fetch:
             try:
                 checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
                 check_items(checked_batches, self.detected.spec)
+                recorded = recorded_mean(_recorded(entry), PARITY_FILE)
             except OSError as error:
                 raise _EntryGone from error
             except CorruptEntry as error:
@@ -383,7 +385,6 @@ class _Fetch:
                     f"The cached model {entry.path} cannot be checked: {error}. Remove the "
                     "entry (spacy-accelerate cache clear) so that it is rebuilt."
                 ) from None
-            recorded = _recorded(entry).get("spot_check_mean_cosine")
             checked = spot_check_gate(self.gate, recorded)
         with progress.step("checking the cached model against PyTorch"):
             parity = check_parity(

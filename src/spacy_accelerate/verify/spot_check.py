@@ -10,9 +10,10 @@ than the one the model was proven with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,20 @@ def spot_check_gate(gate: Gate, recorded_mean: float | None) -> Gate:
         return gate
     bound = min(gate.min_mean_cosine, float(recorded_mean) - SPOT_CHECK_MARGIN)
     return replace(gate, min_mean_cosine=bound)
+
+
+def recorded_mean(parity: Mapping[str, Any], name: str) -> float | None:
+    """The stored items' mean cosine recorded in ``parity`` (the file ``name``) when the
+    model was built; None where none is recorded. :class:`CorruptEntry` where it is not a
+    cosine: a lower figure would loosen the spot check's gate."""
+    mean = parity.get("spot_check_mean_cosine")
+    if mean is not None and not (isinstance(mean, float) and -1.0 <= mean <= 1.0):
+        raise CorruptEntry(f"{name} records a mean cosine of {str(mean)[:40]}")
+    return mean
+
+
+#: The most numbers one stored array may hold (this release keeps a few batches).
+MAX_ITEM_VALUES = 1024 * 1024
 
 
 #: The arrays of one stored item, in :meth:`EncoderInputs.feeds`' names.
@@ -69,8 +84,8 @@ def load_spot_check(path: Path) -> list[EncoderInputs]:
     items = []
     for item in names:
         ids, mask, types = (arrays[name] for name in item)
-        if not ids.shape == mask.shape == types.shape or ids.size == 0:
-            raise CorruptEntry(f"{SPOT_CHECK_FILE} holds arrays of unequal or empty shapes")
+        if not ids.shape == mask.shape == types.shape or not 0 < ids.size <= MAX_ITEM_VALUES:
+            raise CorruptEntry(f"{SPOT_CHECK_FILE} holds arrays of unequal, empty or huge shapes")
         items.append(EncoderInputs(*(array.astype(np.int64) for array in (ids, mask, types))))
     return items
 
