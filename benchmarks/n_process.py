@@ -22,18 +22,15 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from run import machine  # noqa: E402
-from spacy_accelerate_samples import ewt  # noqa: E402
+import alternating  # noqa: E402
 from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
 
 
 def _annotations(doc: Any) -> list[tuple[str, str, int, str]]:
@@ -93,34 +90,16 @@ def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
-    parser.add_argument("--provider", default="auto")
-    parser.add_argument("--precision", default="auto")
+    parser = alternating.parser(__doc__.split("\n")[0], sentences=600)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--sentences", type=int, default=600, help="EWT test sentences")
     parser.add_argument(
         "--doc-cleaner",
         action="store_true",
         help="End the pipeline with spaCy's doc_cleaner dropping doc._.trf_data (in both "
         "variants): the workers then send the parent annotations only.",
     )
-    parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    docs = ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
-    texts = [doc.text for doc in docs]
-    report = {
-        "machine": machine(),
-        "options": {"provider": args.provider, "precision": args.precision},
-        "workers": args.workers,
-        "repeats": args.repeats,
-        "batch_size": args.batch_size,
-        "doc_cleaner": args.doc_cleaner,
-        "pipelines": {name: measure(name, texts, args) for name in args.pipelines},
-    }
-    write_report(report, args.output)
+    alternating.run(args, measure, workers=args.workers, doc_cleaner=args.doc_cleaner)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,15 @@ import argparse
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from run import machine  # noqa: E402
-from spacy_accelerate_samples import ewt  # noqa: E402
+import alternating  # noqa: E402
 from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
 from spacy_accelerate.pipeline.pipe import AcceleratedPipe  # noqa: E402
 
 
@@ -70,25 +67,8 @@ def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
-    parser.add_argument("--provider", default="auto")
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--sentences", type=int, default=1000, help="EWT test sentences")
-    parser.add_argument("--output", type=Path)
-    args = parser.parse_args()
-    docs = ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
-    texts = [doc.text for doc in docs]
-    report = {
-        "machine": machine(),
-        "options": {"provider": args.provider, "precision": args.precision},
-        "repeats": args.repeats,
-        "batch_size": args.batch_size,
-        "pipelines": {name: measure(name, texts, args) for name in args.pipelines},
-    }
-    write_report(report, args.output)
+    args = alternating.parser(__doc__.split("\n")[0], sentences=1000).parse_args()
+    alternating.run(args, measure)
 
 
 if __name__ == "__main__":
