@@ -31,13 +31,20 @@ from hypothesis import strategies as st
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.registry import BACKENDS
 from spacy_accelerate.cache.untrusted import CorruptEntry
 from spacy_accelerate.errors import BundleError
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.provision import bundle as bundle_module
-from spacy_accelerate.provision.bundle import BUNDLE_DIR, BUNDLE_FILE, Unservable, read_bundle
+from spacy_accelerate.provision.bundle import (
+    BUNDLE_DIR,
+    BUNDLE_FILE,
+    RELEASE_PATTERN,
+    Unservable,
+    read_bundle,
+)
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.spot_check import (
     ITEM_ARRAYS,
@@ -338,3 +345,10 @@ def test_spot_check_items_are_read_without_pickles_and_checked_against_the_encod
     np.savez(tmp_path / SPOT_CHECK_FILE, **arrays)  # type: ignore[arg-type]
     with pytest.raises(CorruptEntry, match="not an archive of numpy arrays"):
         load_spot_check(tmp_path / SPOT_CHECK_FILE)
+
+
+def test_every_installed_runtime_names_its_release_as_a_bundle_may_record_it():
+    versions = {backend.runtime_version() for backend in BACKENDS.values()}
+    assert versions - {None}  # ONNX Runtime and OpenVINO are installed in CI
+    for version in versions - {None}:
+        assert RELEASE_PATTERN.fullmatch(version), version

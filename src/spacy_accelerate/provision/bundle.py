@@ -82,8 +82,9 @@ BUNDLE_DIR = "spacy_accelerate"
 BUNDLE_FILE = "bundle.json"
 #: The layout of ``bundle.json`` this release writes and reads (later ones are refused).
 BUNDLE_FORMAT = 1
-#: A runtime's release as the runtimes name them (``1.32.0``, ``2026.4.1-20000-abc``).
-RELEASE_PATTERN = re.compile(r"[\w.+-]{1,64}")
+#: A runtime's release as the runtimes name them (``1.32.0``,
+#: ``2026.4.1-22982-e213a147257-releases/2026/4``).
+RELEASE_PATTERN = re.compile(r"[\w.+/-]{1,100}")
 
 
 class Unservable(Exception):
