@@ -376,25 +376,28 @@ def optimize(
             overlap=overlap,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
-            exported, parity = proxy.exported, proxy.exported.parity
-            typer.echo(f"{name}: served by {exported.summary}")  # optimize()'s INFO line too
-            checked = (
-                f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
-                + (f", mean {parity.worst_mean_cosine:.5f}" if parity.mean_cosine else "")
-                if parity
-                else "not re-checked"
-            )
-            typer.echo(f"  against PyTorch: {checked}")
-            if exported.record.compiled_as:
-                typer.echo(f"  compiled as {exported.record.compiled_as}")
-            if exported.record.agreement is not None:
-                typer.echo(
-                    f"  agreement on the calibration texts: {exported.record.agreement.describe()}"
-                )
-            typer.echo(f"  {exported.path}")
+            _echo_served(name, proxy.exported)
         if output is not None:
             nlp.to_disk(output)
             typer.echo(f"saved the optimized pipeline to {output}")
+
+
+def _echo_served(name: str, exported: Any) -> None:
+    """What serves component ``name`` (``optimize()``'s INFO line too), and its checks."""
+    parity = exported.parity
+    typer.echo(f"{name}: served by {exported.summary}")
+    checked = (
+        f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
+        + (f", mean {parity.worst_mean_cosine:.5f}" if parity.mean_cosine else "")
+        if parity
+        else "not re-checked"
+    )
+    typer.echo(f"  against PyTorch: {checked}")
+    if exported.record.compiled_as:
+        typer.echo(f"  compiled as {exported.record.compiled_as}")
+    if exported.record.agreement is not None:
+        typer.echo(f"  agreement on the calibration texts: {exported.record.agreement.describe()}")
+    typer.echo(f"  {exported.path}")
 
 
 @app.command()

@@ -59,19 +59,15 @@ class Stages:
         """Whether there is work to overlap: a transformer, and components behind it."""
         return bool(self.helper and self.behind)
 
-    def others(self, *kept: tuple[str, ...]) -> list[str]:
-        """Every component of the call but ``kept``'s (a stage's ``disable``)."""
-        keep = {name for stage in kept for name in stage}
-        return [
-            name
-            for stage in (self.front, self.helper, self.behind)
-            for name in stage
-            if name not in keep
-        ]
+    def others(self, kept: tuple[str, ...]) -> list[str]:
+        """Every component of the call but the stage ``kept``'s (that stage's ``disable``)."""
+        every = (*self.front, *self.helper, *self.behind)
+        return [name for name in every if name not in kept]
 
 
-#: The end of a stream; the helper waiting for input.
+#: The end of a stream.
 _END = object()
+#: The helper waits for input.
 _HUNGRY = object()
 
 

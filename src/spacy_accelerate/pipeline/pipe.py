@@ -42,15 +42,20 @@ class AcceleratedPipe:
     ) -> Iterator[Any]:
         pipe: Callable[..., Iterator[Any]] = type(self.nlp).pipe  # spaCy's own
         disable = list(disable)  # read once: it may be a generator
-        options: dict[str, Any] = {"batch_size": batch_size, "disable": disable}
-        options["component_cfg"] = component_cfg
+        options: dict[str, Any] = {
+            "batch_size": batch_size,
+            "disable": disable,
+            "component_cfg": component_cfg,
+        }
         if n_process != 1:
             docs = pipe(self.nlp, texts, as_tuples=as_tuples, n_process=n_process, **options)
             return _shared(docs, n_process)
-        stages = Stages.of(self.nlp, [c.name for c in transformer_components(self.nlp)], disable)
         # as_tuples: spaCy's pipe calls this one again with documents that carry contexts.
-        if as_tuples or not (self.overlap and stages.overlaps and default_threads() > 1):
+        if as_tuples or not self.overlap or default_threads() < 2:
             return pipe(self.nlp, texts, as_tuples=as_tuples, **options)
+        stages = Stages.of(self.nlp, [c.name for c in transformer_components(self.nlp)], disable)
+        if not stages.overlaps:
+            return pipe(self.nlp, texts, **options)
         size = batch_size if batch_size is not None else self.nlp.batch_size
         return iter(OverlappedPipe(self.nlp, texts, stages, options, size))
 
