@@ -4,11 +4,12 @@ same pipeline one after the other (``optimize(overlap=...)``).
     python benchmarks/overlap.py --pipelines minilm-ewt trf-base \\
         --output benchmarks/results/overlap-<machine>.json
 
-For each pipeline: ``optimize()`` as asked (default ``auto``), then the held-out EWT test
-documents annotated by ``nlp.pipe`` with and without overlap, alternating, ``--repeats``
-times; words per second over the whole call (median and range), the ratio, and whether
-the annotations (tags, dependencies, entities, and the transformer's last layer) are
-identical.
+For each pipeline: ``optimize()`` as asked (default ``auto``) with ``overlap`` on (the
+runtime on the threads :mod:`spacy_accelerate.pipeline.thread_split` measures) and off
+(every thread), switched before each pass, then the held-out EWT test documents annotated
+by ``nlp.pipe``, alternating, ``--repeats`` times; words per second over the whole call
+(median and range), the ratio, and whether the annotations (tags, dependencies, entities,
+and the transformer's last layer) are identical.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import alternating  # noqa: E402
 from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
-from spacy_accelerate.pipeline.pipe import AcceleratedPipe  # noqa: E402
 
 
 def _annotations(doc: Any) -> tuple:
@@ -36,26 +36,35 @@ def _annotations(doc: Any) -> tuple:
 
 def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     nlp = load_benchmark_pipeline(name)
-    spacy_accelerate.optimize(nlp, args.provider, args.precision)
-    (proxy,) = spacy_accelerate.accelerated_components(nlp).values()
-    variants = {"overlap": AcceleratedPipe(nlp, True), "no overlap": AcceleratedPipe(nlp, False)}
+    variants = {"overlap": True, "no overlap": False}
     words = sum(len(text.split()) for text in texts)
     seconds: dict[str, list[float]] = {variant: [] for variant in variants}
     outputs: dict[str, list] = {}
-    for pipe in variants.values():  # warm
-        list(pipe(texts[:16], batch_size=args.batch_size))
+    threads: dict[str, int] = {}
+
+    def switch(variant: str) -> None:  # optimize() again: the split is the option's
+        overlap = variants[variant]
+        spacy_accelerate.optimize(nlp, args.provider, args.precision, overlap=overlap)
+        (served,) = spacy_accelerate.accelerated_components(nlp).values()
+        threads[variant] = served.session.config.intra_op_threads
+
+    for variant in variants:  # warm
+        switch(variant)
+        list(nlp.pipe(texts[:16], batch_size=args.batch_size))
     for _ in range(args.repeats):
-        for variant, pipe in variants.items():  # alternating
+        for variant in variants:  # alternating
+            switch(variant)
             started = time.perf_counter()
-            docs = list(pipe(texts, batch_size=args.batch_size))
+            docs = list(nlp.pipe(texts, batch_size=args.batch_size))
             seconds[variant].append(time.perf_counter() - started)
             outputs[variant] = [_annotations(doc) for doc in docs]
             print(f"{name}: {variant} {words / seconds[variant][-1]:,.0f} words/s", flush=True)
+    (proxy,) = spacy_accelerate.accelerated_components(nlp).values()
     wps = {variant: [words / s for s in taken] for variant, taken in seconds.items()}
     median = {variant: statistics.median(values) for variant, values in wps.items()}
     return {
         "served": proxy.exported.summary,
-        "threads": proxy.session.config.intra_op_threads,
+        "runtime_threads": threads,
         "words": words,
         "wps": {
             variant: {"median": round(median[variant]), "range": [round(min(v)), round(max(v))]}

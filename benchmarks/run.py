@@ -52,6 +52,7 @@ from spacy_accelerate_samples import ewt  # noqa: E402
 from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
+from spacy_accelerate.bench import where_time_goes  # noqa: E402
 from spacy_accelerate.bench.baselines import Accelerated, Variant, available_variants  # noqa: E402
 from spacy_accelerate.bench.side_by_side import SideBySide, side_by_side, write_report  # noqa: E402
 from spacy_accelerate.cpu_features import cpu_features, simulated  # noqa: E402
@@ -74,6 +75,8 @@ BF16_AUTOCAST = "pytorch bf16 autocast (cpu)"
 #: ``precision="auto"``'s full search, beside the pruned one it serves.
 AUTO = "accelerate auto"
 AUTO_FULL = "accelerate auto (full search)"
+#: ``precision="auto"`` with ``overlap=False``: the same plan, stage after stage.
+AUTO_NO_OVERLAP = "accelerate auto (no overlap)"
 
 
 class FullSearch(Accelerated):
@@ -176,6 +179,17 @@ def optimize_times(nlp: Language, variant: Accelerated) -> dict[str, Any]:
     return times
 
 
+def identical(first: list, second: list) -> bool:
+    """Whether two runs gave the same documents: every token's tag, dependency, head and
+    entity, and the transformer's last layer to the bit."""
+
+    def annotations(doc: Any) -> tuple:
+        tokens = [(t.tag_, t.dep_, t.head.i, t.ent_iob_, t.ent_type_) for t in doc]
+        return tokens, doc._.trf_data.last_hidden_layer_state.dataXd.tobytes()
+
+    return [annotations(d) for d in first] == [annotations(d) for d in second]
+
+
 def held_out(reference: list, docs: list, optimized: dict[str, Any] | None) -> dict[str, Any]:
     """Every annotation's agreement on the UD-EWT test documents (held out: the gate saw
     only the calibration texts), next to its bound and the calibration figure, and
@@ -275,9 +289,18 @@ def run_pipeline(
             "tokens": result.agreement.tokens,
             "min_token_cosine": round(result.min_token_cosine, 5),
             "mean_token_cosine": round(result.mean_token_cosine, 6),
+            "setup_seconds": round(result.setup_seconds, 2),
             **({"optimize": timings[variant]} if variant in timings else {}),
         }
     report["pytorch_seconds"] = {mode: r.pytorch_seconds for mode, r in modes.items()}
+    if AUTO in full.variants and AUTO_NO_OVERLAP in full.variants:
+        overlapped, stepwise = full.variants[AUTO].docs, full.variants[AUTO_NO_OVERLAP].docs
+        report["overlap_identical"] = identical(overlapped, stepwise)
+        report["overlap_vs_not"] = round(full.wps(AUTO) / full.wps(AUTO_NO_OVERLAP), 3)
+    if AUTO in others:
+        stages = where_time_goes.measure(nlp, texts, AUTO, others[AUTO], args.batch_size)
+        report["where_time_goes"] = stages.as_dict()
+        print("\n".join(stages.lines()), flush=True)
     for variant, row in report["variants"].items():
         row["peak_rss_mib"] = peak_rss_of(name, variant) if args.rss else None
     return report
@@ -351,7 +374,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "| pipeline | variant | full WPS | speedup | vs bf16 | trf+ner WPS | speedup | vs bf16 "
         "| tag acc | LAS | NER F1 | agreement tag / dep / ent | min token cos "
-        "| optimize cold / warm | peak RSS |",
+        "| optimize cold / warm (or set-up) | peak RSS |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: "
         "| --- | ---: |",
     ]
@@ -362,7 +385,13 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{agree['tag']:.2%} / {agree['dep']:.2%} / {agree['ent']:.2%}" if agree else "ref"
             )
             opt = row.get("optimize")
-            timing = f"{opt['cold_seconds']} s / {opt['warm_seconds']} s" if opt else ""
+            timing = (
+                f"{opt['cold_seconds']} s / {opt['warm_seconds']} s"
+                if opt
+                else f"set-up {row['setup_seconds']} s"
+                if row.get("setup_seconds")
+                else ""
+            )
             if opt and variant in (AUTO, AUTO_FULL):
                 timing += f" (served: {', '.join(opt['served'].values())})"
             gold = row["gold"]
@@ -385,6 +414,14 @@ def markdown(results: dict[str, Any]) -> str:
                     lines.append(f"- refused: {reason}")
         for variant, reason in report.get("refused", {}).items():
             lines.append(f"\n{pipeline} / {variant}: refused by the gate: {reason}")
+    for pipeline, report in results["pipelines"].items():
+        if "overlap_vs_not" in report:
+            lines.append(
+                f"\n{pipeline}: auto with overlap {report['overlap_vs_not']:.2f}x the same plan "
+                f"without; annotations identical: {report['overlap_identical']}"
+            )
+        for stage, row in report.get("where_time_goes", {}).get("stages", {}).get(AUTO, {}).items():
+            lines.append(f"- {stage}: {row['us_per_word']} us per word ({row['share']:.0%})")
     lines.append("\nAgreement per annotation: UD-EWT test (held out) / calibration texts / bound")
     for pipeline, report in results["pipelines"].items():
         for variant, row in report["variants"].items():
@@ -429,6 +466,9 @@ def benchmark_variants(
     if no_bf16:
         skipped[BF16_AUTOCAST] = "bf16 unavailable (simulated CPU without bf16 units)"
         variants.pop(BF16_AUTOCAST, None)
+    if isinstance(variants.get(AUTO), Accelerated):
+        options = {**variants[AUTO].options, "overlap": False}  # type: ignore[attr-defined]
+        variants[AUTO_NO_OVERLAP] = Accelerated(options)
     if cache is not None and isinstance(variants.get(AUTO), Accelerated):
         options = {**variants[AUTO].options, "cache_dir": str(cache / "full-search")}  # type: ignore[attr-defined]
         variants[AUTO_FULL] = FullSearch(options)

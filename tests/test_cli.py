@@ -161,6 +161,13 @@ def test_bench_compares_with_pytorch(
     written = json.loads(report.read_text())
     assert set(written["variants"]) == {"fp32", "int8", "auto"}
     assert written["variants"]["fp32"]["agreement"]["tag"] == 1.0
+    # Where the time goes: PyTorch's stages beside the first precision's, and the advice.
+    assert "where the time goes" in result.output and "encoder call" in result.output
+    assert "one process reaches at most" in result.output
+    stages = written["where_time_goes"]["stages"]
+    assert set(stages) == {"pytorch fp32", "fp32"}
+    assert sum(row["share"] for row in stages["fp32"].values()) == pytest.approx(1, abs=0.01)
+    assert written["where_time_goes"]["processes"] >= 1
 
 
 def test_bench_without_texts_or_pipeline_is_one_line(

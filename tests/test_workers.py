@@ -61,9 +61,18 @@ def test_n_process_on_minilm_ewt_accelerated_auto_is_one_process_split_in_two(
 ):
     # minilm-ewt's heads run torch ops (a scalar weighting of the layers): without the
     # library's fork handler the forked workers hang in torch's thread pool.
-    options = {"provider": "auto", "precision": "auto", "cache_dir": str(trained_minilm_cache)}
+    # The parent annotates with overlap (the default), its component behind the
+    # transformer; threads given, so that the runtime keeps all of them (no split).
+    cpus = len(os.sched_getaffinity(0))
+    options = {
+        "provider": "auto",
+        "precision": "auto",
+        "cache_dir": str(trained_minilm_cache),
+        "threads": cpus,
+    }
     found = _run_workers("minilm-ewt", ewt_texts[:24], "fork", options, samples_root)
-    _check_workers(found, len(os.sched_getaffinity(0)))
+    _check_workers(found, cpus)
+    assert found["overlapped"] == (cpus >= 2)
     assert "auto" not in str(found["served"])  # auto chose a concrete plan
 
 

@@ -18,6 +18,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 import spacy_accelerate
+from spacy_accelerate.pipeline.pipe import overlapped_stages
 
 Doc.set_extension("worker", default=None)
 
@@ -53,7 +54,8 @@ def main() -> None:
     spacy_accelerate.optimize(nlp, **options)
     parent = spacy_accelerate.accelerated_components(nlp)["transformer"]
     nlp.add_pipe("note_worker")
-    single = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4)]
+    single = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4)]  # overlapped
+    overlapped = overlapped_stages(nlp) is not None and nlp.pipe.overlap
     docs = list(nlp.pipe(texts, batch_size=4, n_process=2))
     found = {
         "single": single,
@@ -61,6 +63,7 @@ def main() -> None:
         "workers": sorted({tuple(doc._.worker) for doc in docs}),
         "parent": [os.getpid(), parent.session.config.intra_op_threads],
         "served": parent.exported.summary,
+        "overlapped": overlapped,
     }
     print(json.dumps(found))
 

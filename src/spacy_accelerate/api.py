@@ -23,7 +23,13 @@ from spacy_accelerate.backends.registry import (
 from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import CacheMissError
-from spacy_accelerate.options.config import MissingCache, OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.config import (
+    DEFAULT_OVERLAP,
+    MissingCache,
+    OptimizeConfig,
+    Precision,
+    Provider,
+)
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
 from spacy_accelerate.pipeline.auto_precision import Candidate, choose
@@ -54,8 +60,10 @@ from spacy_accelerate.pipeline.persist import (
     restore,
     unpatch_all,
 )
+from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
+from spacy_accelerate.pipeline.thread_split import split_threads
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.provision.bundle import (
@@ -108,7 +116,7 @@ def optimize(
     lock_timeout: float | None = None,
     missing_cache: str | MissingCache = "rebuild",
     bundle: bool = True,
-    overlap: bool = False,
+    overlap: bool = DEFAULT_OVERLAP,
 ) -> Language:
     """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
 
@@ -147,11 +155,12 @@ def optimize(
     pipeline, so that ``spacy.load`` serves them on any machine that can run them, with no
     export or search (see :mod:`spacy_accelerate.provision.bundle`); False saves only the
     options, and every machine builds from the pipeline's weights or its cache.
-    ``overlap`` (default False, while the split of threads between the runtime and spaCy's
-    components is measured): ``nlp.pipe`` runs the transformer in a helper thread while
+    ``overlap`` (default True): ``nlp.pipe`` runs the transformer in a helper thread while
     the components behind it annotate the batch before, where the pipeline has such
     components and the process two CPUs or more (same documents, same order, same
-    annotations; see :mod:`spacy_accelerate.pipeline.overlap`).
+    annotations; see :mod:`spacy_accelerate.pipeline.overlap`). Unless ``threads`` is
+    given, the runtime then runs on one thread fewer where a timing of this pipeline on
+    this machine says that pays (:mod:`spacy_accelerate.pipeline.thread_split`).
 
     An option that no plan of the request would read raises
     :class:`~spacy_accelerate.errors.InvalidOptionError` naming it, the provider and
@@ -197,6 +206,8 @@ def apply_config(
             serve_first(fallback_chain(config), accelerator)
     finally:
         accelerator.close()
+    if config.overlap and threads is None and overlapped_stages(nlp) is not None:
+        split_threads(nlp)  # the runtime's share of the CPUs under overlap, measured
     for name, proxy in accelerated_components(nlp).items():
         _log_served(name, proxy.exported)
     _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
@@ -469,7 +480,7 @@ def make_optimize_callback(
     lock_timeout: float | None = None,
     missing_cache: str = MissingCache.REBUILD.value,
     bundle: bool = True,
-    overlap: bool = False,
+    overlap: bool = DEFAULT_OVERLAP,
     cache_dir: str | None = None,
     saved_cache_dir: str | None = None,
     calibration_texts: list[str] | None = None,

@@ -9,10 +9,11 @@ precision. Every variant switches one ``Language`` object in place
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from spacy.language import Language
@@ -68,10 +69,72 @@ class PyTorchAutocast(Variant):
 
 
 def remove_autocast(nlp: Language) -> None:
+    """Put the PyTorch module back where autocast or a rival (:class:`RivalModule`) runs."""
     for component in transformer_components(nlp):
         location = find_shim(component)
-        if isinstance(location.shim._model, AutocastModule):
+        if isinstance(location.shim._model, AutocastModule | RivalModule):
             location.shim._model = location.shim._model.inner
+
+
+class RivalModule(torch.nn.Module):
+    """What a PyTorch user would run instead of the encoder ``inner`` (``run``: compiled,
+    quantized), standing in the shim until the next variant puts ``inner`` back."""
+
+    def __init__(self, inner: torch.nn.Module, run: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.run = run
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Rival(Variant):
+    """A PyTorch user's own speed-up of the encoder, made once per encoder and kept, so
+    that switching back to it costs nothing (its set-up is the first pass's extra time)."""
+
+    _made: dict[int, RivalModule] = field(default_factory=dict, compare=False, repr=False)
+
+    def apply(self, nlp: Language) -> None:
+        restore(nlp)
+        remove_autocast(nlp)
+        for component in transformer_components(nlp):
+            location = find_shim(component)
+            module = location.shim._model
+            if id(module) not in self._made:
+                self._made[id(module)] = RivalModule(module, self.make(module))
+            location.shim._model = self._made[id(module)]
+
+    @abstractmethod
+    def make(self, encoder: torch.nn.Module) -> torch.nn.Module:
+        """What runs in place of ``encoder``."""
+
+
+@dataclass(frozen=True)
+class TorchCompiled(Rival):
+    """``torch.compile`` of the encoder (dynamic shapes: spaCy's batches vary in length),
+    under bf16 autocast with ``bf16``."""
+
+    bf16: bool = False
+
+    def make(self, encoder: torch.nn.Module) -> torch.nn.Module:
+        compiled = cast(torch.nn.Module, torch.compile(encoder, dynamic=True))
+        return AutocastModule(compiled, "cpu", torch.bfloat16) if self.bf16 else compiled
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": type(self).__name__, "bf16_autocast": self.bf16}
+
+
+@dataclass(frozen=True)
+class DynamicQuantized(Rival):
+    """``torch.ao.quantization.quantize_dynamic`` of the encoder's Linear layers to int8
+    (a copy: the pipeline's own weights stay float)."""
+
+    def make(self, encoder: torch.nn.Module) -> torch.nn.Module:
+        return torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(encoder), {torch.nn.Linear}, dtype=torch.qint8
+        )
 
 
 @dataclass(frozen=True)
@@ -86,6 +149,14 @@ class Accelerated(Variant):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__, **self.options}
+
+
+#: What a PyTorch user would do instead of this library, by benchmark name.
+RIVALS: dict[str, Variant] = {
+    "pytorch torch.compile": TorchCompiled(),
+    "pytorch torch.compile + bf16 autocast": TorchCompiled(bf16=True),
+    "pytorch quantize_dynamic int8": DynamicQuantized(),
+}
 
 
 def unavailable_reason(provider: Provider, precision: Precision) -> str | None:
@@ -106,6 +177,7 @@ def available_variants() -> tuple[dict[str, Variant], dict[str, str]]:
     else:
         skipped["pytorch fp16 autocast (gpu)"] = "no CUDA device"
     variants["pytorch bf16 autocast (cpu)"] = PyTorchAutocast("cpu", "bfloat16")
+    variants.update(RIVALS)
     for provider, precision in SERVED:
         name = f"accelerate {provider.value} {precision.value}"
         reason = unavailable_reason(provider, precision)

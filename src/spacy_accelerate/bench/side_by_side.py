@@ -54,6 +54,14 @@ class VariantResult:
     #: What actually ran, by transformer component: (provider, precision), e.g.
     #: ``("openvino", "int8")`` where ``auto`` was asked; empty for a PyTorch variant.
     served: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Seconds from switching to this variant the first time to the end of its warm-up
+    #: pass: its set-up (optimize(), torch.compile's compilation, quantizing) plus a pass.
+    first_seconds: float = 0.0
+
+    @property
+    def setup_seconds(self) -> float:
+        """What the first switch and pass cost beyond a steady pass."""
+        return max(0.0, self.first_seconds - statistics.median(self.seconds))
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ class SideBySide:
                     "tokens": result.agreement.tokens,
                     "min_token_cosine": round(result.min_token_cosine, 6),
                     "mean_token_cosine": round(result.mean_token_cosine, 6),
+                    "setup_seconds": round(result.setup_seconds, 2),
                 }
                 for name, result in self.variants.items()
             },
@@ -204,10 +213,13 @@ def side_by_side(
     _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
     warm: dict[str, list[Doc]] = {}
     served: dict[str, dict[str, tuple[str, str]]] = {}
+    first: dict[str, float] = {}
     for name in list(chosen):
+        started = time.perf_counter()
         if switched(name):
             served[name] = _served(nlp)
             warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
+            first[name] = time.perf_counter() - started
     base_seconds: list[float] = []
     seconds: dict[str, list[float]] = {name: [] for name in chosen}
     for _ in range(repeats):
@@ -229,6 +241,7 @@ def side_by_side(
             mean_token_cosine=float(cosines.mean()),
             docs=warm[name],
             served=served[name],
+            first_seconds=first[name],
         )
     return SideBySide(
         words=words,

@@ -26,6 +26,7 @@ import typer
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cli.outputs import check_file, check_pipeline_folder
 from spacy_accelerate.cli.terms import cli_terms
+from spacy_accelerate.options.config import DEFAULT_OVERLAP
 
 if TYPE_CHECKING:  # spaCy is imported lazily: `--help` and `doctor` stay fast
     from spacy.language import Language
@@ -342,9 +343,9 @@ def optimize(
         bool,
         typer.Option(
             help="--output's pipeline runs the transformer while spaCy's components annotate "
-            "the batch before (default --no-overlap: one after the other)."
+            "the batch before (--no-overlap: one after the other)."
         ),
-    ] = False,
+    ] = DEFAULT_OVERLAP,
     code: Code = None,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -435,6 +436,8 @@ def bench(
     """Your pipeline on your texts: PyTorch vs accelerated, side by side, with agreement
     (and accuracy against gold with --gold). A precision that is refused here is reported
     as refused and the others still run; the exit status is 1 only when none ran."""
+    from spacy_accelerate.bench import where_time_goes
+    from spacy_accelerate.bench.baselines import Accelerated
     from spacy_accelerate.bench.gold import gold_texts, read_gold, score
     from spacy_accelerate.bench.side_by_side import side_by_side, write_report
     from spacy_accelerate.options import config as options
@@ -487,6 +490,12 @@ def bench(
             repeats=repeats,
             refusals=reported_errors(),
         )
+        ran = next(iter(result.variants), None)
+        stages = (
+            where_time_goes.measure(nlp, texts, ran, Accelerated(variants[ran]), batch_size)
+            if ran is not None
+            else None
+        )
         scores: dict[str, dict[str, float | None]] = {}
         if gold_docs:
             scores["pytorch"] = score(result.reference, gold_docs)
@@ -525,9 +534,13 @@ def bench(
             f"{result.speedup(name):5.2f}x {spread(*result.speedup_range(name), '.2f')}  "
             f"agreement: {rates}{against_gold(name)}"
         )
+    for line in stages.lines() if stages is not None else []:
+        typer.echo(line)
     if output is not None:
         report = result.as_dict()
         report["failed"] = refused
+        if stages is not None:
+            report["where_time_goes"] = stages.as_dict()
         for described in report["variants"].values():
             texts_given = described["options"].pop("calibration_texts", None)
             if texts_given is not None:  # the file, not its texts, belongs in the report

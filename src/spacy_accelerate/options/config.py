@@ -144,6 +144,11 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+#: Whether ``nlp.pipe`` overlaps the transformer with the components behind it unless
+#: told otherwise (where it can: :class:`~spacy_accelerate.pipeline.pipe.AcceleratedPipe`).
+DEFAULT_OVERLAP = True
+
+
 @dataclass(frozen=True)
 class OptimizeConfig:
     """Everything ``optimize()`` was asked to do, validated.
@@ -166,7 +171,7 @@ class OptimizeConfig:
     fallback: bool = False
     #: Whether ``nlp.pipe`` runs the transformer in a helper thread while the components
     #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`).
-    overlap: bool = False
+    overlap: bool = DEFAULT_OVERLAP
     #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).
     calibration_texts: tuple[str, ...] | None = None

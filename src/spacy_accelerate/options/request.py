@@ -28,6 +28,7 @@ from spacy_accelerate.options.config import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_MIN_COSINE,
     DEFAULT_OPENVINO_INT8_MIN_COSINE,
+    DEFAULT_OVERLAP,
     DEFAULT_TOLERANCE,
     MissingCache,
     OptimizeConfig,
@@ -72,7 +73,7 @@ class OptimizeOptions:
         default=MissingCache.REBUILD.value, metadata=LOAD_TIME
     )
     bundle: bool = field(default=True, metadata=LOAD_TIME)
-    overlap: bool = field(default=False, metadata=LOAD_TIME)
+    overlap: bool = field(default=DEFAULT_OVERLAP, metadata=LOAD_TIME)
 
 
 def build_config(

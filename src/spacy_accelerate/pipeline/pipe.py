@@ -51,13 +51,20 @@ class AcceleratedPipe:
             docs = pipe(self.nlp, texts, as_tuples=as_tuples, n_process=n_process, **options)
             return _shared(docs, n_process)
         # as_tuples: spaCy's pipe calls this one again with documents that carry contexts.
-        if as_tuples or not self.overlap or default_threads() < 2:
+        stages = overlapped_stages(self.nlp, disable) if self.overlap and not as_tuples else None
+        if stages is None:
             return pipe(self.nlp, texts, as_tuples=as_tuples, **options)
-        stages = Stages.of(self.nlp, [c.name for c in transformer_components(self.nlp)], disable)
-        if not stages.overlaps:
-            return pipe(self.nlp, texts, **options)
         size = batch_size if batch_size is not None else self.nlp.batch_size
         return iter(OverlappedPipe(self.nlp, texts, stages, options, size))
+
+
+def overlapped_stages(nlp: Language, disable: Iterable[str] = ()) -> Stages | None:
+    """The stages of an overlapped ``pipe`` call of ``nlp`` (less ``disable``), or None
+    where overlap cannot run: fewer than two CPUs, or no component behind a transformer."""
+    if default_threads() < 2:
+        return None
+    stages = Stages.of(nlp, [c.name for c in transformer_components(nlp)], disable)
+    return stages if stages.overlaps else None
 
 
 def _shared(docs: Iterator[Any], n_process: int) -> Iterator[Any]:

@@ -137,21 +137,28 @@ class AcceleratedModule(torch.nn.Module):
             return self.session
         with _FORK_LOCK:
             if self.opened_in != os.getpid():
-                config = _worker_config(self.session.config)
-                reopened = reopen(
-                    self.exported, self.original, self.session.provider, config, self.session.layout
-                )
-                if reopened is None:
-                    raise CacheError(
-                        f"This worker process inherited the cached {config.precision.value} "
-                        f"model {self.exported.key[:12]}, which is no longer in the cache. "
-                        "Call spacy_accelerate.optimize(nlp) again before starting workers, "
-                        "and do not clear the cache while they run."
-                    )
                 _INHERITED.append(self.session)
-                self.session, self.exported = reopened
+                self._reopen_with(_worker_config(self.session.config))
                 self.opened_in = os.getpid()
         return self.session
+
+    def serve_on(self, threads: int) -> None:
+        """Serve from a session of the same verified model on ``threads`` runtime threads
+        (the split of the CPUs under overlap, :mod:`.thread_split`)."""
+        if threads != self.session.config.intra_op_threads:
+            self._reopen_with(replace(self.session.config, intra_op_threads=threads))
+
+    def _reopen_with(self, config: OptimizeConfig) -> None:
+        reopened = reopen(
+            self.exported, self.original, self.session.provider, config, self.session.layout
+        )
+        if reopened is None:
+            raise CacheError(
+                f"The cached {config.precision.value} model {self.exported.key[:12]} is no "
+                "longer in the cache. Call spacy_accelerate.optimize(nlp) again (before "
+                "starting workers), and do not clear the cache while the pipeline runs."
+            )
+        self.session, self.exported = reopened
 
     # thinc serialises the shim's module through these: saving writes the
     # original PyTorch weights (a faithful pipeline); loading new weights into a

@@ -1,0 +1,155 @@
+"""Where a pipeline's time goes, PyTorch against accelerated, stage by stage
+(:mod:`~spacy_accelerate.pipeline.stage_times`), and what that means on more cores.
+
+Once the encoder is fast, spaCy's own components are what is left, and they run on one
+core whatever the runtime does. With overlap, one process annotates at most as fast as
+its caller's thread runs the tokenizer and those components; the encoder, which scales
+with threads, reaches that rate at some thread count. Beyond it, more cores help only as
+more processes (``n_process``, Ray actors), each with its share of the threads
+(:class:`CoreAdvice`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from spacy.language import Language
+
+from spacy_accelerate.api import accelerated_components
+from spacy_accelerate.bench.baselines import PyTorch, Variant
+from spacy_accelerate.options.config import default_threads
+from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
+
+
+def breakdowns(
+    nlp: Language, texts: Sequence[str], variants: Mapping[str, Variant], batch_size: int = 64
+) -> dict[str, Breakdown]:
+    """Each variant's stages over ``texts`` (after a warm-up pass), by variant name."""
+    found = {}
+    for name, variant in variants.items():
+        variant.apply(nlp)
+        breakdown(nlp, texts, batch_size)
+        found[name] = breakdown(nlp, texts, batch_size)
+    return found
+
+
+def table(found: Mapping[str, Breakdown]) -> list[str]:
+    """Microseconds per word of every stage, a column per variant, and the share of the
+    variant's time in brackets."""
+    names = list(found)
+    stages = list(dict.fromkeys(stage.name for b in found.values() for stage in b.stages))
+    lines = [f"  {'us per word':28s}" + "".join(f"{name:>26s}" for name in names)]
+    for stage in [*stages, "total"]:
+        cells = []
+        for name in names:
+            rows = found[name].as_dict()
+            if stage == "total":
+                cells.append(f"{1e6 * found[name].per_word():>17.0f}         ")
+            elif stage in rows:
+                row = rows[stage]
+                cells.append(f"{row['us_per_word']:>17.1f} ({row['share']:>5.0%})")
+            else:
+                cells.append(f"{'':>26s}")
+        lines.append(f"  {stage:28s}" + "".join(f"{cell:>26s}" for cell in cells))
+    return lines
+
+
+@dataclass(frozen=True)
+class CoreAdvice:
+    """One process or several on ``cpus`` CPUs, from an accelerated pipeline's stages
+    timed with its runtime on ``threads`` threads (seconds per word)."""
+
+    cpus: int
+    threads: int
+    encoder: float
+    around: float
+    components: float
+
+    @classmethod
+    def of(cls, timed: Breakdown, threads: int, cpus: int | None = None) -> CoreAdvice:
+        return cls(
+            cpus=cpus if cpus is not None else default_threads(),
+            threads=threads,
+            encoder=timed.per_word(StageKind.ENCODER_CALL),
+            around=timed.per_word(StageKind.AROUND_CALL),
+            components=timed.per_word(StageKind.TOKENIZER, StageKind.COMPONENT),
+        )
+
+    @property
+    def ceiling(self) -> float:
+        """Words per second one overlapped process reaches at most, however many cores:
+        its slower thread's rate without the encoder (which scales with threads)."""
+        return 1 / max(self.components, self.around)
+
+    @property
+    def saturating_threads(self) -> int | None:
+        """The runtime threads at which the encoder keeps pace with the components (the
+        encoder's time taken to scale with threads); None where it never does."""
+        spare = self.components - self.around
+        return math.ceil(self.encoder * self.threads / spare) if spare > 0 else None
+
+    @property
+    def processes(self) -> int:
+        """How many processes use this machine's CPUs best: one, until a process's
+        components, not its encoder, bound it; then one per saturating share."""
+        saturating = self.saturating_threads
+        if saturating is None or saturating + 1 >= self.cpus:
+            return 1
+        return max(1, self.cpus // (saturating + 1))
+
+    def describe(self) -> list[str]:
+        """What to run on this machine, and why, in a few lines."""
+        saturating = self.saturating_threads
+        lines = [
+            f"one process reaches at most {self.ceiling:,.0f} words/s: spaCy's components "
+            f"take {1e6 * self.components:.0f} us per word on the caller's thread"
+        ]
+        if saturating is not None:
+            lines.append(
+                f"the encoder keeps pace with them at about {saturating} runtime threads "
+                "(one more CPU for the components)"
+            )
+        if self.processes == 1:
+            lines.append(f"on these {self.cpus} CPUs: one process, overlap on (the default)")
+        else:
+            each = self.cpus // self.processes
+            lines.append(
+                f"on these {self.cpus} CPUs: nlp.pipe(n_process={self.processes}) or "
+                f"{self.processes} Ray actors, about {each} threads each"
+            )
+        return lines
+
+
+@dataclass(frozen=True)
+class WhereTimeGoes:
+    """PyTorch fp32's stages beside one accelerated variant's, and the advice."""
+
+    found: dict[str, Breakdown]
+    advice: CoreAdvice
+
+    def lines(self) -> list[str]:
+        return ["where the time goes (stage after stage):", *table(self.found)] + [
+            f"  {line}" for line in self.advice.describe()
+        ]
+
+    def as_dict(self) -> dict[str, object]:
+        advice = self.advice
+        return {
+            "stages": {name: found.as_dict() for name, found in self.found.items()},
+            "one_process_ceiling_wps": round(advice.ceiling),
+            "saturating_threads": advice.saturating_threads,
+            "processes": advice.processes,
+        }
+
+
+def measure(
+    nlp: Language, texts: Sequence[str], name: str, accelerated: Variant, batch_size: int = 64
+) -> WhereTimeGoes:
+    """PyTorch fp32 and ``accelerated`` (named ``name``) stage by stage, leaving ``nlp``
+    on PyTorch."""
+    found = breakdowns(nlp, texts, {"pytorch fp32": PyTorch(), name: accelerated}, batch_size)
+    threads = min(m.session.config.intra_op_threads for m in accelerated_components(nlp).values())
+    PyTorch().apply(nlp)
+    return WhereTimeGoes(found, CoreAdvice.of(found[name], threads))
