@@ -36,12 +36,18 @@ def plot(result_paths: list[Path], output: Path | None = None) -> Path:
     pipelines = {name: (report, run) for run in runs for name, report in run["pipelines"].items()}
     # Runs from more than one machine: each row names its own.
     several = len({_machine(run) for run in runs}) > 1
+    # The modes the runs timed (``--modes full`` times one).
+    modes = [
+        mode
+        for mode in MODES
+        if any(mode in v["wps"] for r, _ in pipelines.values() for v in r["variants"].values())
+    ]
     figure, axes = plt.subplots(
-        len(pipelines), len(MODES), figsize=(12, 2.2 + 1.6 * len(pipelines)), squeeze=False
+        len(pipelines), len(modes), figsize=(12, 2.2 + 1.6 * len(pipelines)), squeeze=False
     )
     for row, (pipeline, (report, run)) in enumerate(pipelines.items()):
         names = list(report["variants"])
-        for column, mode in enumerate(MODES):
+        for column, mode in enumerate(modes):
             axis = axes[row][column]
             # A variant refused in this mode (the gate judges what runs) has no bar.
             wps = [report["variants"][n]["wps"].get(mode, 0.0) for n in names]

@@ -21,11 +21,13 @@ from spacy_accelerate.bench.baselines import (
     RivalModule,
     TorchCompiled,
 )
+from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
 
 
 def _module(nlp: Language) -> object:
-    return find_shim(nlp.get_pipe("transformer")).module
+    (component,) = transformer_components(nlp)
+    return find_shim(component).module
 
 
 @pytest.mark.parametrize("rival", [DynamicQuantized(), TorchCompiled()], ids=["int8", "compile"])

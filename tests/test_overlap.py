@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+import torch
 from annotations import annotations
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -178,3 +179,31 @@ def test_overlap_is_recorded_with_the_pipeline(roberta: Language, tmp_path: Path
     assert isinstance(loaded.pipe, AcceleratedPipe) and loaded.pipe.overlap
     off = spacy.load(tmp_path / "saved", config={"nlp.after_pipeline_creation.overlap": False})
     assert not off.pipe.overlap
+
+
+def test_the_gate_judges_the_module_scoped_to_its_thread_not_the_served_one(
+    roberta: Language, many_texts: list[str]
+):
+    # The agreement gate and calibration run a candidate in their own thread only: an
+    # overlapped pass would run the served module in the helper thread instead.
+    from spacy_accelerate.pipeline.calibration import annotate
+    from spacy_accelerate.pipeline.components import transformer_components
+    from spacy_accelerate.pipeline.patch import scoped
+    from spacy_accelerate.pipeline.shim import find_shim
+
+    (component,) = transformer_components(roberta)
+    location = find_shim(component)
+    calls: list[int] = []
+
+    class Counted(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: object, **kwargs: object) -> object:
+            calls.append(threading.get_ident())
+            return self.inner(*args, **kwargs)
+
+    with scoped(location, Counted(location.module)):
+        docs = annotate(roberta, many_texts[:8])
+    assert len(docs) == 8 and calls and set(calls) == {threading.get_ident()}

@@ -312,7 +312,9 @@ def annotated(
     order = list(range(len(texts)))
     if shortest_first:
         order.sort(key=lambda index: len(texts[index]))
-    stream: Iterator[Doc] = nlp.pipe((texts[index] for index in order), batch_size=32)
+    # spaCy's own pipe, never the overlapped one (.pipe): the module judged is scoped to
+    # this thread, and a helper thread would run the one served instead.
+    stream: Iterator[Doc] = Language.pipe(nlp, (texts[index] for index in order), batch_size=32)
     with ExitStack() as stack:  # a pass stopped early still closes its progress step
         if what is not None:
             stream = stack.enter_context(closing(progress.track(stream, what, len(texts))))

@@ -17,7 +17,15 @@ the accelerated transformer already runs batch k+1.
 Each stage is spaCy's own ``Language.pipe`` with the other stages' components disabled, so
 batching, ``component_cfg``, error handlers and the order of the documents are spaCy's:
 every document meets every component in the same batches as without overlap, and gets the
-same annotations. The main thread keeps the helper at most two batches ahead. An
+same annotations. The main thread keeps the helper at most two batches ahead.
+
+Where every transformer is served by a runtime, torch does only glue on both threads
+(moving arrays, the heads' layer weighting), and the call runs it on one thread: torch's
+OpenMP pool, entered from two threads at once, keeps a team of spinning workers for each,
+which took the cores from the runtime and the components (measured:
+``benchmarks/results/overlap-*.json``, docs/performance.md). The caller's setting is put
+back when the call ends; meanwhile the caller's own torch work between documents runs on
+one thread too. An
 exception in the helper is raised in the caller's thread at the document it stopped at;
 a generator closed early, or an exception behind, stops the helper, and the helper
 thread is joined before the call returns: no thread outlives it.
@@ -31,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -87,6 +96,9 @@ class OverlappedPipe:
     #: ``Language.pipe``'s other keyword arguments (batch_size, component_cfg, disable).
     options: dict[str, Any]
     batch_size: int
+    #: Whether torch does only glue here (every transformer served by a runtime): it then
+    #: runs on one thread while the call lasts (see the module's docstring).
+    glue_only: bool = False
     _inbox: queue.Queue[Any] = field(default_factory=queue.Queue, init=False)
     _outbox: queue.Queue[Any] = field(default_factory=queue.Queue, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
@@ -97,6 +109,9 @@ class OverlappedPipe:
         helper = threading.Thread(
             target=self._run_helper, name="spacy-accelerate-transformer", daemon=True
         )
+        previous = torch.get_num_threads()
+        if self.glue_only:
+            torch.set_num_threads(1)
         helper.start()
         try:
             yield from pipe(self.nlp, self._finished(front), **self._stage(self.stages.behind))
@@ -104,6 +119,7 @@ class OverlappedPipe:
             self._stop.set()
             self._inbox.put(_END)
             helper.join()
+            torch.set_num_threads(previous)
 
     def _stage(self, kept: tuple[str, ...]) -> dict[str, Any]:
         disabled = [*self.options.get("disable", ()), *self.stages.others(kept)]
@@ -111,6 +127,8 @@ class OverlappedPipe:
 
     def _run_helper(self) -> None:
         pipe = type(self.nlp).pipe
+        if self.glue_only:
+            torch.set_num_threads(1)  # this thread's own OpenMP setting too
         try:
             for doc in pipe(self.nlp, self._fed(), **self._stage(self.stages.helper)):
                 self._outbox.put(doc)
