@@ -57,7 +57,7 @@ class ThreadSplit:
         """One line for the log: the choice and the times behind it."""
         side = "one thread fewer" if self.runtime < self.threads else "every thread"
         return (
-            f"overlap: the runtime runs on {self.runtime} of {self.threads} threads ({side}); "
+            f"overlap: {self.runtime} of {self.threads} threads for the runtime ({side}); "
             f"measured per word: encoder {1e6 * self.encoder:.0f} us, around it "
             f"{1e6 * self.around:.0f} us, spaCy's other stages {1e6 * self.components:.0f} us"
         )
