@@ -41,12 +41,12 @@ from spacy_accelerate.pipeline.calibration import (
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
-    transformer_components,
 )
 from spacy_accelerate.pipeline.patch import (
+    accelerated_components,
     exclusive,
     guard,
-    is_patched,
+    is_optimized,
     patch,
     reads_all_layers,
     revert,
@@ -61,7 +61,7 @@ from spacy_accelerate.pipeline.persist import (
     unpatch_all,
 )
 from spacy_accelerate.pipeline.pipe import overlapped_stages
-from spacy_accelerate.pipeline.proxy import AcceleratedModule, make_proxy
+from spacy_accelerate.pipeline.proxy import make_proxy
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.thread_split import split_threads
 from spacy_accelerate.pipeline.training_guard import install_training_guards
@@ -337,22 +337,6 @@ def _remember(nlp: Language, request: OptimizeRequest) -> None:
     install_training_guards(nlp)
     record(nlp, request)
     install_load_hooks(nlp, request, reapply, save_served)
-
-
-def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
-    """The accelerated transformer modules of ``nlp``, by component name."""
-    found: dict[str, AcceleratedModule] = {}
-    for component in transformer_components(nlp):
-        module = find_shim(component).module
-        if isinstance(module, AcceleratedModule):
-            found[component.name] = module
-    return found
-
-
-def is_optimized(nlp: Language) -> bool:
-    """Whether every transformer component of ``nlp`` runs accelerated."""
-    locations = [find_shim(component) for component in transformer_components(nlp)]
-    return bool(locations) and all(is_patched(location) for location in locations)
 
 
 def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None) -> None:

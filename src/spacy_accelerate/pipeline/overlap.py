@@ -25,9 +25,10 @@ OpenMP pool, entered from two threads at once, keeps a team of spinning workers 
 which took the cores from the runtime and the components (measured:
 ``benchmarks/results/overlap-*.json``, docs/performance.md). The caller's setting is put
 back when the call ends; meanwhile the caller's own torch work between documents runs on
-one thread too. An
-exception in the helper is raised in the caller's thread at the document it stopped at;
-a generator closed early, or an exception behind, stops the helper, and the helper
+one thread too.
+
+An exception in the helper is raised in the caller's thread at the document it stopped
+at; a generator closed early, or an exception behind, stops the helper, and the helper
 thread is joined before the call returns: no thread outlives it.
 """
 
@@ -110,8 +111,7 @@ class OverlappedPipe:
             target=self._run_helper, name="spacy-accelerate-transformer", daemon=True
         )
         previous = torch.get_num_threads()
-        if self.glue_only:
-            torch.set_num_threads(1)
+        torch.set_num_threads(1 if self.glue_only else previous)
         helper.start()
         try:
             yield from pipe(self.nlp, self._finished(front), **self._stage(self.stages.behind))

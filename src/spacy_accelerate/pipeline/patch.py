@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from spacy.language import Language
 from thinc.api import Model
 from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
+from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
-from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.pipeline.swap import (
     held_exclusively,
     install_guard,
@@ -108,3 +110,19 @@ def scoped(location: ShimLocation, module: torch.nn.Module) -> Any:
 def exclusive(location: ShimLocation) -> Any:
     """Hold ``location``'s layer for this thread alone (no batch runs on it meanwhile)."""
     return held_exclusively(location.layer)
+
+
+def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
+    """The accelerated transformer modules of ``nlp``, by component name."""
+    found: dict[str, AcceleratedModule] = {}
+    for component in transformer_components(nlp):
+        module = find_shim(component).module
+        if isinstance(module, AcceleratedModule):
+            found[component.name] = module
+    return found
+
+
+def is_optimized(nlp: Language) -> bool:
+    """Whether every transformer component of ``nlp`` runs accelerated."""
+    locations = [find_shim(component) for component in transformer_components(nlp)]
+    return bool(locations) and all(is_patched(location) for location in locations)

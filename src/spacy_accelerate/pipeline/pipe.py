@@ -13,8 +13,7 @@ from spacy.language import Language
 from spacy_accelerate.options.config import default_threads
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.overlap import OverlappedPipe, Stages
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
-from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.pipeline.patch import is_optimized
 from spacy_accelerate.pipeline.workers import WORKERS, worker_count
 
 #: The ``nlp`` attribute that :class:`AcceleratedPipe` stands in for.
@@ -57,10 +56,7 @@ class AcceleratedPipe:
         if stages is None:
             return pipe(self.nlp, texts, as_tuples=as_tuples, **options)
         size = batch_size if batch_size is not None else self.nlp.batch_size
-        glue_only = all(
-            isinstance(find_shim(c).module, AcceleratedModule)
-            for c in transformer_components(self.nlp)
-        )
+        glue_only = is_optimized(self.nlp)  # every transformer served by a runtime
         return iter(OverlappedPipe(self.nlp, texts, stages, options, size, glue_only))
 
 

@@ -25,9 +25,7 @@ from itertools import accumulate
 from spacy.language import Language
 
 from spacy_accelerate.pipeline.calibration import builtin_texts
-from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
-from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.pipeline.patch import accelerated_components
 from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
 
 logger = logging.getLogger("spacy_accelerate")
@@ -85,11 +83,7 @@ def split_threads(nlp: Language) -> ThreadSplit | None:
     """Measure ``nlp`` (served accelerated; once per process) and serve it on the runtime
     threads :func:`runtime_threads` chooses; None where nothing is accelerated on the
     CPU."""
-    proxies = [
-        module
-        for module in (find_shim(c).module for c in transformer_components(nlp))
-        if isinstance(module, AcceleratedModule) and not module.session.config.on_gpu
-    ]
+    proxies = [m for m in accelerated_components(nlp).values() if not m.session.config.on_gpu]
     if not proxies:
         return None
     threads = min(proxy.session.config.intra_op_threads for proxy in proxies)
