@@ -73,20 +73,15 @@ from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.export.onnx import export_onnx  # noqa: E402
 from spacy_accelerate.options.agreement import DEFAULT_AGREEMENT  # noqa: E402
 from spacy_accelerate.options.request import build_config  # noqa: E402
+from spacy_accelerate.pipeline.annotating import annotate  # noqa: E402
 from spacy_accelerate.pipeline.autocast import AutocastModule  # noqa: E402
-from spacy_accelerate.pipeline.calibration import annotate, record_calibration  # noqa: E402
 from spacy_accelerate.pipeline.components import find_transformer_components  # noqa: E402
 from spacy_accelerate.pipeline.patch import scoped  # noqa: E402
-from spacy_accelerate.pipeline.proxy import make_proxy  # noqa: E402
+from spacy_accelerate.pipeline.proxy import candidate_proxy  # noqa: E402
+from spacy_accelerate.pipeline.recording import record_calibration  # noqa: E402
 from spacy_accelerate.pipeline.shim import find_shim  # noqa: E402
-from spacy_accelerate.provision.get_or_export import ExportedModel, Origin  # noqa: E402
 from spacy_accelerate.runtime.buckets import BucketPlan  # noqa: E402
 from spacy_accelerate.verify.agreement import compare  # noqa: E402
-
-#: What a stand-in being measured says of its provenance (nothing is cached).
-MEASURED = ExportedModel(
-    key="measured", path=Path(), origin=Origin.EXPORTED, seconds=0.0, parity=None
-)
 
 
 def _log(message: str) -> None:
@@ -127,7 +122,7 @@ class Bench:
     def standin(self, model: Any) -> torch.nn.Module:
         if isinstance(model, torch.nn.Module):
             return model
-        return make_proxy(self.module, model, self.spec, MEASURED)
+        return candidate_proxy(self.module, model, self.spec)
 
     def agreement(self, model: Any, texts: list[str], reference: list) -> dict[str, Any]:
         with scoped(self.location, self.standin(model)), torch.no_grad():

@@ -25,8 +25,8 @@ from spacy_accelerate.options.agreement import Annotation
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate, recorded_report_meets
 from spacy_accelerate.options.request import build_config
-from spacy_accelerate.pipeline.calibration import CalibrationSource
 from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.judging import CalibrationSource
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.verify.parity import read_pieces
 from spacy_accelerate.verify.plan_search import bisect_ladder

@@ -22,15 +22,11 @@ from spacy_accelerate.errors import AgreementError, PrecisionUnavailableError
 from spacy_accelerate.options.agreement import DEFAULT_BOUNDS, Annotation, parse_min_agreement
 from spacy_accelerate.options.config import texts_digest
 from spacy_accelerate.options.request import OptimizeRequest, build_config
-from spacy_accelerate.pipeline import auto_precision
-from spacy_accelerate.pipeline import calibration as calibration_module
-from spacy_accelerate.pipeline.calibration import (
-    annotate,
-    builtin_texts,
-    check_agreement,
-    record_calibration,
-)
+from spacy_accelerate.pipeline import auto_precision, judging
+from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.judging import check_agreement
+from spacy_accelerate.pipeline.recording import builtin_texts, record_calibration
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.verify.agreement import (
     AUTOCAST_MARGIN,
@@ -233,7 +229,7 @@ def test_bf16_is_refused_when_pytorch_autocast_is_more_faithful(
         measured.append(report)
         return report
 
-    monkeypatch.setattr(calibration_module, "autocast_agreement", perfect_autocast)
+    monkeypatch.setattr(judging, "autocast_agreement", perfect_autocast)
     try:
         spacy_accelerate.optimize(bert, "openvino", "bf16", cache_dir=cache_dir)
     except AgreementError as error:
@@ -303,7 +299,6 @@ def test_the_auto_choice_is_not_reused_on_a_cpu_with_other_features(
         vendor=here.vendor,
         flags=here.flags ^ {"avx512_bf16"},  # one feature more or less
         machine=here.machine,
-        openvino_capabilities=frozenset(),
     )
     spacy_accelerate.restore(bert)
     with simulated(other):

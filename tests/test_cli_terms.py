@@ -76,7 +76,7 @@ def test_an_unsupported_pair_names_both_flags():
             "torch, or pass --fallback.",
             "optimize()",
         ),
-        (  # pipeline/calibration.py, the agreement gate's refusal
+        (  # pipeline/judging.py, the agreement gate's refusal
             "The pipeline's dep agreement 0.9 < 0.97, so this plan was not served and the "
             "pipeline is unchanged. Use precision='fp32' (or 'auto', the fastest plan that "
             "passes), calibrate on texts like yours (calibration_texts=...), or lower "
@@ -87,7 +87,7 @@ def test_an_unsupported_pair_names_both_flags():
             "annotation (--min-agreement ANNOTATION=BOUND)",
             "calibration_texts",
         ),
-        (  # pipeline/calibration.py, too few calibration tokens
+        (  # pipeline/judging.py, too few calibration tokens
             "calibration_texts hold 12 tokens; a lossy plan's calibration needs at least "
             "1000. Pass more texts, or leave calibration_texts out to use the built-in sample.",
             "--calibration-file hold 12 tokens; a lossy plan's calibration needs at least "

@@ -14,8 +14,9 @@ from annotations import disagreements, max_abs_diff, run
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.pipeline.calibration import annotate, record_calls
+from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.recording import record_calls
 from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.runtime.length_groups import (

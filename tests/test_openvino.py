@@ -36,8 +36,8 @@ from spacy_accelerate.errors import (
     PrecisionUnavailableError,
     ProviderUnavailableError,
 )
-from spacy_accelerate.options.config import Precision, Provider
-from spacy_accelerate.pipeline import calibration
+from spacy_accelerate.options.config import Precision, Provider, texts_digest
+from spacy_accelerate.pipeline.recording import builtin_texts
 from spacy_accelerate.provision import exports as shared_export
 from spacy_accelerate.provision import get_or_export as exported
 from spacy_accelerate.provision.bundle import BUNDLE_DIR
@@ -750,7 +750,7 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
     nlp.to_disk(tmp_path / "saved")
     config_text = (tmp_path / "saved" / "config.cfg").read_text()
     assert "Quillfeather" not in config_text and texts[0] not in config_text
-    assert calibration.texts_digest(private) in config_text
+    assert texts_digest(private) in config_text
     assert f"calibration_count = {len(private)}" in config_text
     # No file holds the texts. (spaCy's own vocabulary keeps the words of every text a
     # pipeline ran on, these too, but not the texts.)
@@ -770,8 +770,8 @@ def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
         for entry in spacy_accelerate.cache.store.ModelCache(cache_dir).entries()
     }
     assert digests == {
-        calibration.texts_digest(private),
-        calibration.texts_digest(calibration.builtin_texts()),
+        texts_digest(private),
+        texts_digest(builtin_texts()),
     }
     # Where the entry is gone, the bundle saved with the pipeline still serves it ...
     spacy_accelerate.clear_cache(cache_dir)

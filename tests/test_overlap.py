@@ -186,7 +186,7 @@ def test_the_gate_judges_the_module_scoped_to_its_thread_not_the_served_one(
 ):
     # The agreement gate and calibration run a candidate in their own thread only: an
     # overlapped pass would run the served module in the helper thread instead.
-    from spacy_accelerate.pipeline.calibration import annotate
+    from spacy_accelerate.pipeline.annotating import annotate
     from spacy_accelerate.pipeline.components import transformer_components
     from spacy_accelerate.pipeline.patch import scoped
     from spacy_accelerate.pipeline.shim import find_shim

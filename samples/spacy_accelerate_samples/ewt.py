@@ -20,8 +20,8 @@ from spacy.vocab import Vocab
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.pipeline.calibration import record_calls
 from spacy_accelerate.pipeline.components import find_transformer_components
+from spacy_accelerate.pipeline.recording import record_calls
 from spacy_accelerate.pipeline.shim import find_shim
 
 DATA_ENV_VAR = "SPACY_ACCELERATE_DATA"

@@ -33,15 +33,11 @@ from spacy_accelerate.options.config import (
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
 from spacy_accelerate.pipeline.auto_precision import Candidate, choose
-from spacy_accelerate.pipeline.calibration import (
-    CalibrationSources,
-    agreement_judge,
-    record_probe,
-)
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
 )
+from spacy_accelerate.pipeline.judging import CalibrationSources, agreement_judge
 from spacy_accelerate.pipeline.patch import (
     accelerated_components,
     exclusive,
@@ -62,6 +58,7 @@ from spacy_accelerate.pipeline.persist import (
 )
 from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.pipeline.proxy import make_proxy
+from spacy_accelerate.pipeline.recording import record_probe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.thread_split import split_threads
 from spacy_accelerate.pipeline.training_guard import install_training_guards

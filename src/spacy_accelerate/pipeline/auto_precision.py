@@ -48,9 +48,11 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
 from spacy_accelerate.options.config import GPU_PROVIDERS, OptimizeConfig, Precision, Provider
-from spacy_accelerate.pipeline.calibration import CalibrationSource, annotate, builtin_texts
+from spacy_accelerate.pipeline.annotating import annotate
+from spacy_accelerate.pipeline.judging import CalibrationSource
 from spacy_accelerate.pipeline.patch import patch, revert, scoped
 from spacy_accelerate.pipeline.proxy import AcceleratedModule
+from spacy_accelerate.pipeline.recording import builtin_texts
 from spacy_accelerate.pipeline.shim import ShimLocation
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.record import BuildRecord

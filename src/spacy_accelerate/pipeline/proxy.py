@@ -85,18 +85,32 @@ class AcceleratedModule(torch.nn.Module):
         session: Session,
         spec: EncoderSpec,
         original: torch.nn.Module,
-        exported: ExportedModel,
+        exported: ExportedModel | None,
     ) -> None:
         super().__init__()
         self.session = session
         self.spec = spec
-        self.exported = exported
+        #: The verified model served, or None for a candidate plan (:func:`candidate_proxy`).
+        self.provenance = exported
         #: The process whose runtime opened ``session`` (see :meth:`_own_session`).
         self.opened_in = os.getpid()
         WORKERS.serving = True  # forked children run torch on one thread (.workers)
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
+
+    @property
+    def exported(self) -> ExportedModel:
+        """The verified model served: its cache entry (what a fork, a thread split or an
+        unpickled copy reopens), how it was built and checked. A candidate plan, still
+        being judged, has none: it is in no cache entry yet, and it runs only scoped to
+        the thread judging it, where nothing reopens or pickles it."""
+        if self.provenance is None:
+            raise CacheError(
+                "A candidate plan being judged is in no cache entry yet: it cannot be "
+                "reopened or pickled; please report this."
+            )
+        return self.provenance
 
     def _check_inference(self) -> None:
         if self.training and torch.is_grad_enabled():
@@ -158,7 +172,7 @@ class AcceleratedModule(torch.nn.Module):
                 "longer in the cache. Call spacy_accelerate.optimize(nlp) again (before "
                 "starting workers), and do not clear the cache while the pipeline runs."
             )
-        self.session, self.exported = reopened
+        self.session, self.provenance = reopened
 
     # thinc serialises the shim's module through these: saving writes the
     # original PyTorch weights (a faithful pipeline); loading new weights into a
@@ -188,7 +202,7 @@ class AcceleratedModule(torch.nn.Module):
             self.session,
             self.spec,
             copy.deepcopy(self.original, memo),
-            self.exported,
+            self.provenance,
             *self._rebuild_args(),
         )
         clone.opened_in = self.opened_in  # a copy made in a fork still holds the parent's
@@ -208,7 +222,9 @@ class AcceleratedModule(torch.nn.Module):
     def extra_repr(self) -> str:
         # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
         # by an earlier release does not record its provider and precision).
-        exported = self.exported
+        exported = self.provenance
+        if exported is None:
+            return f"candidate plan being judged, not cached; family={self.spec.family}"
         if exported.provider is None:
             served = self.session.provider.provider.value, self.session.config.precision.value
             exported = replace(exported, provider=served[0], precision=served[1])
@@ -255,7 +271,7 @@ class AcceleratedHFModel(AcceleratedModule):
         session: Session,
         spec: EncoderSpec,
         original: torch.nn.Module,
-        exported: ExportedModel,
+        exported: ExportedModel | None,
         output_type: type[ModelOutput],
     ) -> None:
         super().__init__(session, spec, original, exported)
@@ -359,9 +375,13 @@ def _reopen(
 
 @singledispatch
 def make_proxy(
-    original: torch.nn.Module, session: Session, spec: EncoderSpec, exported: ExportedModel
+    original: torch.nn.Module,
+    session: Session,
+    spec: EncoderSpec,
+    exported: ExportedModel | None,
 ) -> AcceleratedModule:
-    """The proxy that keeps ``original``'s calling contract."""
+    """The proxy that keeps ``original``'s calling contract, serving ``session``: the
+    verified model ``exported``, or (None) a candidate plan (:func:`candidate_proxy`)."""
     raise UnsupportedArchitectureError(
         f"No accelerated stand-in for {type(original).__name__}; please report this."
     )
@@ -372,7 +392,7 @@ def _(
     original: CuratedTransformer,
     session: Session,
     spec: EncoderSpec,
-    exported: ExportedModel,
+    exported: ExportedModel | None,
 ) -> AcceleratedModule:
     return AcceleratedEncoder(session, spec, original, exported)
 
@@ -382,9 +402,18 @@ def _(
     original: PreTrainedModel,
     session: Session,
     spec: EncoderSpec,
-    exported: ExportedModel,
+    exported: ExportedModel | None,
 ) -> AcceleratedModule:
     return AcceleratedHFModel(session, spec, original, exported, _output_type(original, spec))
+
+
+def candidate_proxy(
+    original: torch.nn.Module, session: Session, spec: EncoderSpec
+) -> AcceleratedModule:
+    """The proxy of a candidate plan, judged (or measured) before any cache entry holds
+    it: it has no provenance to report, reopen or pickle (:attr:`AcceleratedModule.exported`),
+    and runs only scoped to the thread judging it."""
+    return make_proxy(original, session, spec, None)
 
 
 def _output_type(model: PreTrainedModel, spec: EncoderSpec) -> type[ModelOutput]:

@@ -24,8 +24,8 @@ from itertools import accumulate
 
 from spacy.language import Language
 
-from spacy_accelerate.pipeline.calibration import builtin_texts
 from spacy_accelerate.pipeline.patch import accelerated_components
+from spacy_accelerate.pipeline.recording import builtin_texts
 from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
 
 logger = logging.getLogger("spacy_accelerate")
