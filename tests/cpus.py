@@ -14,7 +14,6 @@ AMX_XEON = CpuFeatures(
         _AVX512 | {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
     ),
     machine="x86_64",
-    openvino_capabilities=frozenset({"FP32", "BF16", "FP16", "INT8", "BIN", "EXPORT_IMPORT"}),
 )
 
 #: An AMD EPYC with AVX-512 VNNI and bf16 (Zen 4), no AMX.
@@ -22,7 +21,6 @@ AVX512_EPYC = CpuFeatures(
     vendor="AuthenticAMD",
     flags=frozenset(_AVX512 | {"avx512_vnni", "avx512_bf16"}),
     machine="x86_64",
-    openvino_capabilities=frozenset({"FP32", "BF16", "INT8", "BIN", "EXPORT_IMPORT"}),
 )
 
 #: An AMD EPYC with AVX2 only: no VNNI, no bf16.
@@ -30,7 +28,6 @@ AVX2_EPYC = CpuFeatures(
     vendor="AuthenticAMD",
     flags=frozenset({"avx2", "fma", "f16c"}),
     machine="x86_64",
-    openvino_capabilities=frozenset({"FP32", "INT8", "BIN", "EXPORT_IMPORT"}),
 )
 
 #: An ARM server (Graviton-like).
@@ -38,7 +35,6 @@ ARM = CpuFeatures(
     vendor="",
     flags=frozenset({"asimd", "asimddp", "i8mm", "bf16"}),
     machine="aarch64",
-    openvino_capabilities=frozenset({"FP32", "FP16", "INT8", "EXPORT_IMPORT"}),
 )
 
 SIMULATED = {"amx-xeon": AMX_XEON, "avx512-epyc": AVX512_EPYC, "avx2-epyc": AVX2_EPYC, "arm": ARM}

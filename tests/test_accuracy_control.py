@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,11 +19,13 @@ from spacy_accelerate.backends.onnxruntime import backend as ort_backend
 from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
 from spacy_accelerate.backends.openvino.quantize import FloatLayers, nodes_by_layer, plan_ladder
+from spacy_accelerate.cpu_features import cpu_features, simulated
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.export.onnx import export_onnx
 from spacy_accelerate.options.agreement import Annotation
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate, recorded_report_meets
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.judging import CalibrationSource
@@ -233,30 +235,30 @@ def test_min_agreement_is_validated():
 def test_auto_prefers_openvino_on_intel_at_int8_and_bf16(
     vendor: str, precision: Precision, first: Provider, monkeypatch: pytest.MonkeyPatch
 ):
-    assert providers.cpu_order(precision, vendor)[0] is first
-    monkeypatch.setattr(providers, "cpu_vendor", lambda: vendor)
     monkeypatch.setattr(providers, "torch_cuda_problem", lambda: "no GPU in this test")
     # The vendor's rule is what is tested: simulate a CPU with bf16 units (this one may
     # have none, and then bf16 is refused, as tested in test_openvino.py).
     monkeypatch.setattr(
-        openvino_runtime, "cpu_capabilities", lambda: frozenset({"FP32", "BF16", "INT8"})
+        openvino_runtime, "cpu_capabilities", lambda cpu=None: frozenset({"FP32", "BF16", "INT8"})
     )
-    config = build_config("auto", precision)
-    served = providers.check_provider(config).provider
+    with simulated(replace(cpu_features(), vendor=vendor)):
+        on_cpu = [p for p in providers.auto_order(precision) if not PROVIDERS.on_gpu(p)]
+        assert on_cpu[0] is first
+        served = providers.check_provider(build_config("auto", precision)).provider
     # bf16 is served by OpenVINO alone on a CPU, whatever the vendor.
     assert served is (Provider.OPENVINO if precision is Precision.BF16 else first)
 
 
 def test_auto_without_openvino_stays_on_onnx_runtime(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(providers, "cpu_vendor", lambda: "GenuineIntel")
     monkeypatch.setattr(providers, "torch_cuda_problem", lambda: "no GPU in this test")
     listed = providers.listed_providers
     monkeypatch.setattr(providers, "listed_providers", lambda: listed() - {Provider.OPENVINO})
-    assert providers.check_provider(build_config("auto", "int8")).provider is Provider.CPU
+    with simulated(replace(cpu_features(), vendor="GenuineIntel")):
+        assert providers.check_provider(build_config("auto", "int8")).provider is Provider.CPU
 
 
 def test_the_cpu_vendor_is_read_here():
-    vendor = providers.cpu_vendor()
+    vendor = cpu_features().vendor
     assert vendor == "" or vendor.isalnum()
     if Path("/proc/cpuinfo").exists():
         assert vendor in Path("/proc/cpuinfo").read_text()

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.backends.registry import BACKENDS
+from spacy_accelerate.backends.registry import backends
 from spacy_accelerate.cache.untrusted import CorruptEntry
 from spacy_accelerate.errors import BundleError
 from spacy_accelerate.options.request import build_config
@@ -348,7 +348,7 @@ def test_spot_check_items_are_read_without_pickles_and_checked_against_the_encod
 
 
 def test_every_installed_runtime_names_its_release_as_a_bundle_may_record_it():
-    versions = {backend.runtime_version() for backend in BACKENDS.values()}
+    versions = {backend.runtime_version() for backend in backends()}
     assert versions - {None}  # ONNX Runtime and OpenVINO are installed in CI
     for version in versions - {None}:
         assert RELEASE_PATTERN.fullmatch(version), version

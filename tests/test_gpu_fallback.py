@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from spacy_accelerate.backends.onnxruntime import session as runtime
 from spacy_accelerate.backends.onnxruntime.provider_options import import_onnxruntime
 from spacy_accelerate.backends.onnxruntime.session import engine_failures
 from spacy_accelerate.backends.registry import check_provider, fallback_chain
+from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import (
     ConversionError,
     EngineBuildError,
@@ -91,7 +93,8 @@ def test_fallback_never_serves_a_request_this_release_refuses(cpu_only):
 
 
 def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed, monkeypatch):
-    monkeypatch.setattr(providers, "cpu_vendor", lambda: "AuthenticAMD")
+    here = cpu_features()
+    monkeypatch.setattr(providers, "cpu_features", lambda: replace(here, vendor="AuthenticAMD"))
     assert steps(build_config("auto", "fp32")) == [
         ("tensorrt", "fp32", False),
         ("cuda", "fp32", False),
@@ -109,7 +112,7 @@ def test_auto_walks_every_usable_provider(pretend_gpu_providers_installed, monke
         ("cpu", "int8", False),
         ("openvino", "int8", False),
     ]
-    monkeypatch.setattr(providers, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(providers, "cpu_features", lambda: replace(here, vendor="GenuineIntel"))
     assert steps(build_config("auto", "int8"))[0] == ("openvino", "int8", False)
 
 

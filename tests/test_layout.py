@@ -3,15 +3,16 @@
 An ``ast`` walk of ``src/spacy_accelerate`` (type-only imports included): every import
 of the library's own modules must go to the same or a lower layer of :data:`LAYERS`, the
 import graph has no cycle, the library imports itself lazily only in the command line
-(to keep ``--help`` fast), and only the provider registry reaches into a backend's folder.
+(to keep ``--help`` fast), a backend is named only in its folder and in its row of the
+provider table, no module lists providers but that table, and no function is longer than
+:data:`MAX_FUNCTION_LINES`.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
-
-import pytest
 
 PACKAGE = "spacy_accelerate"
 SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
@@ -160,13 +161,154 @@ def test_the_library_imports_itself_lazily_only_in_the_command_line():
     assert lazy == []
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
-def test_only_the_registry_reaches_into_a_backend(backend: str):
-    folder = f"{PACKAGE}.backends.{backend}"
-    reaching = sorted(
-        module
-        for module, targets in _graph().items()
-        if not module.startswith(folder)
-        and any(target == folder or target.startswith(folder + ".") for target in targets)
-    )
-    assert reaching == [f"{PACKAGE}.backends.registry"]
+#: The one registration of every backend: the provider table.
+TABLE = f"{PACKAGE}.options.providers"
+BACKENDS = f"{PACKAGE}.backends."
+#: A function longer than this (decorators and docstring included) is a bug waiting.
+MAX_FUNCTION_LINES = 60
+
+
+def _backend_folder(module: str) -> str | None:
+    """The backend folder ``module`` lies in (``...backends.openvino``), or None."""
+    if not module.startswith(BACKENDS):
+        return None
+    folder = BACKENDS + module[len(BACKENDS) :].split(".")[0]
+    return folder if (SOURCE.parent / folder.replace(".", "/")).is_dir() else None
+
+
+def _served_by() -> dict[str, str]:
+    """Each registered provider's name, and the backend folder its row names."""
+    from spacy_accelerate.options.providers import PROVIDERS
+
+    served = {}
+    for row in PROVIDERS:
+        folder = _backend_folder(row.backend.partition(":")[0])
+        assert folder is not None, f"{row.provider.value}: {row.backend} is not in backends/"
+        served[row.provider.value] = folder
+    return served
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def providers_named(source: str, names: set[str]) -> set[str]:
+    """The providers (of ``names``) that ``source`` names as code: ``Provider.CPU``,
+    ``Provider("cpu")``, a literal collection of two or more of them, or a message (not a
+    docstring) that lists two or more."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
+    word = re.compile(rf"\b({'|'.join(map(re.escape, sorted(names)))})\b")
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "Provider" and node.attr.lower() in names:
+                found.add(node.attr.lower())
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Provider":
+            found |= {a.value for a in node.args if isinstance(a, ast.Constant)} & names
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            listed = {i.value for i in items if isinstance(i, ast.Constant)} & names
+            found |= listed if len(listed) > 1 else set()
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            mentioned = set(word.findall(node.value)) if id(node) not in docstrings else set()
+            found |= mentioned if len(mentioned) > 1 else set()
+    return found
+
+
+def test_only_the_table_and_its_backend_name_a_provider():
+    served = _served_by()
+    outside = {
+        f"{module}: {sorted(named)}"
+        for module, path in _modules().items()
+        if module != TABLE
+        for named in [
+            {
+                name
+                for name in providers_named(path.read_text(encoding="utf8"), set(served))
+                if served[name] != _backend_folder(module)
+            }
+        ]
+        if named
+    }
+    assert outside == set()
+
+
+def test_a_second_provider_list_is_caught():
+    names = {"cpu", "cuda", "openvino"}
+    assert providers_named("X = (Provider.CPU, Provider.CUDA)", names) == {"cpu", "cuda"}
+    assert providers_named("X = {'cpu': 1, 'openvino': 2}", names) == {"cpu", "openvino"}
+    assert providers_named("h = 'auto, cpu or openvino'", names) == {"cpu", "openvino"}
+    assert providers_named("X = Provider('cuda')", names) == {"cuda"}
+    assert providers_named('"""cpu or cuda, a docstring"""\ndevice = "cpu"', names) == set()
+
+
+def backend_references(module: str, source: str, imports: set[str]) -> set[str]:
+    """The backend folders ``module`` reaches outside its own: by importing them or by
+    naming their modules in a string."""
+    own = _backend_folder(module)
+    strings = {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant)}
+    named = {
+        folder
+        for text in strings
+        if isinstance(text, str)
+        for folder in [_backend_folder(text.partition(":")[0])]
+        if folder
+    }
+    imported = {_backend_folder(target) for target in imports} - {None}
+    return {folder for folder in named | imported if folder and folder != own}
+
+
+def test_a_backend_is_named_only_in_its_folder_and_its_registration():
+    graph = _graph()
+    reaching = {
+        f"{module} -> {sorted(found)}"
+        for module, path in _modules().items()
+        for found in [backend_references(module, path.read_text(encoding="utf8"), graph[module])]
+        if found
+    }
+    assert reaching == {f"{TABLE} -> {sorted(set(_served_by().values()))}"}
+
+
+def test_a_backend_named_outside_is_caught():
+    source = "X = 'spacy_accelerate.backends.openvino.backend:OpenVINOBackend'"
+    api = f"{PACKAGE}.api"
+    assert backend_references(api, source, set()) == {BACKENDS + "openvino"}
+    imported = {BACKENDS + "onnxruntime.session"}
+    assert backend_references(api, "", imported) == {BACKENDS + "onnxruntime"}
+    inside = BACKENDS + "openvino.session"
+    assert backend_references(inside, source, set()) == set()
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+    """(name, lines) of each function in ``source`` longer than ``limit`` lines, counted
+    from its first decorator to its last line."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            lines = (node.end_lineno or node.lineno) - first + 1
+            if lines > limit:
+                found.append((node.name, lines))
+    return found
+
+
+def test_no_function_is_over_60_lines():
+    long = [
+        f"{module}.{name}: {lines} lines"
+        for module, path in _modules().items()
+        for name, lines in long_functions(path.read_text(encoding="utf8"))
+    ]
+    assert long == []
+
+
+def test_a_long_function_is_caught():
+    body = "".join(f"    x{i} = {i}\n" for i in range(59))
+    assert long_functions(f"@decorated\ndef f():\n{body}") == [("f", 61)]
+    assert long_functions(f"def f():\n{body}") == []

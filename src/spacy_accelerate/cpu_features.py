@@ -2,22 +2,20 @@
 
 The library decides several things by the CPU it runs on:
 
-- which provider ``auto`` prefers (the vendor);
-- whether OpenVINO's bf16 runs on bf16 units (OpenVINO's own capability list says);
-- whether OpenVINO quantizes activations at run time for int8-weight MatMuls (only with
-  VNNI, and only where those MatMuls take f32 input: see
-  :func:`~spacy_accelerate.backends.openvino.session.dynamic_quantization_runs`);
-- whether ONNX Runtime's int8 products saturate (x86 without VNNI), so its int8 weights
-  are 7-bit there, and which int8 kernels it runs (part of the cache key).
+- which provider ``auto`` prefers (the vendor: each backend's ``auto_rank``);
+- whether bf16 runs on bf16 units;
+- whether int8 dot products accumulate without saturating (VNNI, AMX), and which int8
+  kernels a runtime runs (part of the cache key).
 
 All of them read :func:`cpu_features`, so a test can put another CPU in its place with
-:func:`simulated` and check what the library would do there.
+:func:`simulated` and check what the library would do there. What a runtime makes of
+these features (which kernels OpenVINO compiles, what its plugin reports) is the rule of
+that runtime's backend, which reads them from here; this module knows no runtime.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,29 +37,16 @@ INT8_KERNEL_FLAGS = frozenset(
 #: The instruction sets with bf16 arithmetic.
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
-#: The flags that change what OpenVINO compiles for int8 and bf16 (part of its cache key).
-OPENVINO_KERNEL_FLAGS = INT8_KERNEL_FLAGS | {"avx512dq"} | BF16_FLAGS
-
 
 @dataclass(frozen=True)
 class CpuFeatures:
     """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, "" if unknown), its feature
-    flags as Linux names them (``avx512_bf16``, ``amx_int8``, ...), ``platform.machine()``,
-    and OpenVINO's own list of what its CPU plugin can do here (``FP32``, ``BF16``,
-    ``INT8``; empty without OpenVINO)."""
+    flags as Linux names them (``avx512_bf16``, ``amx_int8``, ...) and
+    ``platform.machine()``."""
 
     vendor: str
     flags: frozenset[str]
     machine: str = ""
-    #: None: asked of OpenVINO when first needed (importing it costs time, and only the
-    #: ``openvino`` provider and ``auto`` need it).
-    openvino_capabilities: frozenset[str] | None = None
-
-    @property
-    def openvino(self) -> frozenset[str]:
-        if self.openvino_capabilities is not None:
-            return self.openvino_capabilities
-        return _openvino_capabilities()
 
     @property
     def x86(self) -> bool:
@@ -80,8 +65,8 @@ class CpuFeatures:
 
     @property
     def bf16(self) -> bool:
-        """Whether OpenVINO runs bf16 on bf16 units here (AVX512_BF16 or AMX-BF16)."""
-        return "BF16" in self.openvino
+        """Whether the CPU has bf16 arithmetic units (AVX512_BF16 or AMX-BF16)."""
+        return self.x86 and bool(self.flags & BF16_FLAGS)
 
     @property
     def int8_products_saturate(self) -> bool:
@@ -95,19 +80,10 @@ class CpuFeatures:
         """The flags that decide which int8 kernels ONNX Runtime runs, sorted."""
         return tuple(sorted(self.flags & INT8_KERNEL_FLAGS))
 
-    @property
-    def openvino_kernels(self) -> tuple[str, ...]:
-        """The flags that decide what OpenVINO compiles for int8 and bf16, sorted."""
-        return tuple(sorted(self.flags & OPENVINO_KERNEL_FLAGS))
-
     def without_bf16(self) -> CpuFeatures:
         """This CPU as one without bf16 units (an Intel Cascade Lake or Ice Lake: VNNI but
         no bf16), for benchmarks and tests of what the library does there."""
-        return replace(
-            self,
-            flags=self.flags - BF16_FLAGS,
-            openvino_capabilities=self.openvino - {"BF16"},
-        )
+        return replace(self, flags=self.flags - BF16_FLAGS)
 
     def describe(self) -> str:
         """One line for people: what int8 and bf16 run on here."""
@@ -135,16 +111,6 @@ def _read_cpuinfo() -> tuple[str, frozenset[str]]:
 
 
 @functools.cache
-def _openvino_capabilities() -> frozenset[str]:
-    if importlib.util.find_spec("openvino") is None:
-        return frozenset()
-    import openvino
-
-    core = openvino.Core()
-    return frozenset(str(item) for item in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
-
-
-@functools.cache
 def _detected() -> CpuFeatures:
     vendor, flags = _read_cpuinfo()
     return CpuFeatures(vendor=vendor, flags=flags, machine=platform.machine())
@@ -157,6 +123,12 @@ def cpu_features() -> CpuFeatures:
     """This CPU's features (read once per process), or the one :func:`simulated` puts in
     its place."""
     return _simulated[-1] if _simulated else _detected()
+
+
+def is_this_cpu(features: CpuFeatures) -> bool:
+    """Whether ``features`` are this machine's own (not a simulated CPU): only then may a
+    runtime be asked what it can do here."""
+    return features == _detected()
 
 
 @contextmanager

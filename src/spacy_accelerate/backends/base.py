@@ -8,7 +8,8 @@ build (:mod:`spacy_accelerate.provision.get_or_export`) and the provider registr
 (:mod:`spacy_accelerate.backends.registry`) use backends only through :class:`Backend`.
 
 To add a backend: a folder under ``backends/`` with a subclass of :class:`Backend`, and
-one line in the registry mapping its providers to it.
+a row in the provider table for each provider it serves
+(:mod:`spacy_accelerate.options.providers`); ``docs/development.md`` lists the files.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.cpu_features import CpuFeatures
 from spacy_accelerate.errors import OutpacedError
-from spacy_accelerate.options.config import OptimizeConfig, Provider
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.providers import ProviderSpec
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -128,10 +131,9 @@ class BuildJob:
 
 
 class Backend(ABC):
-    """One runtime serving one or more providers."""
+    """One runtime serving one or more providers (the rows of the provider table that name
+    it: :data:`~spacy_accelerate.options.providers.PROVIDERS`)."""
 
-    #: The providers this backend serves.
-    providers: ClassVar[frozenset[Provider]]
     #: The folders of derived artefacts it keeps beside the cache entries (the registry
     #: registers them with the cache, which removes them with their entries).
     derived_folders: ClassVar[tuple[DerivedFolders, ...]] = ()
@@ -152,6 +154,12 @@ class Backend(ABC):
     @abstractmethod
     def present(self) -> set[Provider]:
         """Which of its providers are installed here (a GPU may still be missing)."""
+
+    def auto_rank(self, row: ProviderSpec, precision: Precision, cpu: CpuFeatures) -> float:
+        """Where ``row``'s provider stands in ``provider="auto"``'s order for ``precision``
+        on ``cpu`` (lower first): the table's rank, unless the backend knows better on
+        some CPUs."""
+        return row.auto_rank
 
     def check(self, config: OptimizeConfig) -> None:  # noqa: B027 - most need no check
         """Refuse, before any export, a request this machine cannot serve."""

@@ -1,24 +1,27 @@
-"""Step 5: the provider registry, the one module that knows every backend.
+"""Step 5: the provider registry, the one module that loads backends.
 
-Each provider maps to the backend that serves it. From there: which providers are
-installed and usable here, ``auto``'s choice (the fastest this release serves on this
-machine), the checks that fail early (before any export) with the package to install,
-the order ``fallback=True`` walks, and the session layout and opening of a cached model.
+Each row of the provider table (:data:`~spacy_accelerate.options.providers.PROVIDERS`)
+names the backend that serves it; the registry loads each backend once. From there:
+which providers are installed and usable here, ``auto``'s choice (the fastest this
+release serves on this machine), the checks that fail early (before any export) with the
+package to install, the order ``fallback=True`` walks, and the session layout and
+opening of a cached model.
 
 ``fallback=True`` serves the pipeline on the next provider when one cannot. By default a
 provider that is missing, or that cannot build or run the model here, is an error: a
 user who asked for TensorRT should not silently get the CPU. With ``fallback=True`` the
-request walks TensorRT -> CUDA -> CPU, logging a warning at each step with the reason; a
-precision the next provider does not serve (fp16 on the CPU) becomes fp32. Accuracy
-failures never fall back: they are not the provider's fault. With ``cuda_graph=True``
-the CUDA provider is tried again without graphs before the CPU. ``auto`` walks its
-candidates the same way even without ``fallback``: a provider ONNX Runtime lists but
-cannot start (onnxruntime-gpu lists TensorRT whether or not TensorRT's libraries are
-there) must not make ``auto`` fail.
+request walks the table's fallbacks (TensorRT -> CUDA -> CPU), logging a warning at each
+step with the reason; a precision the next provider does not serve (fp16 on the CPU)
+becomes fp32. Accuracy failures never fall back: they are not the provider's fault. With
+``cuda_graph=True`` a provider that captures graphs is tried again without them before
+the next one. ``auto`` walks its candidates the same way even without ``fallback``: a
+provider ONNX Runtime lists but cannot start (onnxruntime-gpu lists TensorRT whether or
+not TensorRT's libraries are there) must not make ``auto`` fail.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -27,73 +30,52 @@ from typing import TypeVar
 
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend
-from spacy_accelerate.backends.onnxruntime.backend import OnnxRuntimeBackend
-from spacy_accelerate.backends.openvino.backend import OpenVINOBackend
 from spacy_accelerate.cache.derived import register as register_derived
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import ProviderUnavailableError
 from spacy_accelerate.options.config import (
-    GPU_PROVIDERS,
-    SUPPORTED_COMBINATIONS,
     OptimizeConfig,
     Precision,
     Provider,
     check_gpu_options,
     check_supported,
-    precisions_of,
 )
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider, torch_cuda_problem
 from spacy_accelerate.runtime.session import Session, SessionLayout
 
 logger = logging.getLogger("spacy_accelerate")
 
-_ONNXRUNTIME = OnnxRuntimeBackend()
-_OPENVINO = OpenVINOBackend()
+#: One instance of each backend class the provider table names, by its import path.
+_LOADED: dict[str, Backend] = {}
 
-#: The backend of each provider.
-BACKENDS: dict[Provider, Backend] = {
-    Provider.CPU: _ONNXRUNTIME,
-    Provider.CUDA: _ONNXRUNTIME,
-    Provider.TENSORRT: _ONNXRUNTIME,
-    Provider.OPENVINO: _OPENVINO,
-}
 
-for _backend in set(BACKENDS.values()):
-    for _folders in _backend.derived_folders:
-        register_derived(_folders)
-
-#: Preference order of ``auto``: fastest first (the CPU pair is ordered by
-#: :func:`cpu_order`).
-AUTO_ORDER: tuple[Provider, ...] = (
-    Provider.TENSORRT,
-    Provider.CUDA,
-    Provider.CPU,
-    Provider.OPENVINO,
-)
-
-#: What each provider falls back to with ``fallback=True``, in order.
-FALLBACK_ORDER: dict[Provider, tuple[Provider, ...]] = {
-    Provider.TENSORRT: (Provider.TENSORRT, Provider.CUDA, Provider.CPU),
-    Provider.CUDA: (Provider.CUDA, Provider.CPU),
-    Provider.OPENVINO: (Provider.OPENVINO, Provider.CPU),
-    Provider.CPU: (Provider.CPU,),
-}
-
-#: The CPU provider everything falls back to last.
-LAST_RESORT = Provider.CPU
-
-#: The precisions at which OpenVINO beats ONNX Runtime's CPU provider on Intel CPUs:
-#: static int8 (ONNX Runtime's CPU int8 is dynamic) and bf16 (ONNX Runtime serves none).
-#: At fp32 both ran at the same speed in benchmarks/run.py, and ONNX Runtime is the
-#: lighter dependency.
-OPENVINO_FIRST: frozenset[Precision] = frozenset({Precision.INT8, Precision.BF16})
+def _load(path: str) -> Backend:
+    backend = _LOADED.get(path)
+    if backend is None:
+        module, _, name = path.partition(":")
+        backend_type = getattr(importlib.import_module(module), name)
+        if not (isinstance(backend_type, type) and issubclass(backend_type, Backend)):
+            raise TypeError(f"{path} (a provider table row) is not a Backend subclass")
+        backend = _LOADED[path] = backend_type()
+        for folders in backend.derived_folders:  # the cache removes them with their entries
+            register_derived(folders)
+    return backend
 
 
 def backend_for(provider: Provider) -> Backend:
     """The backend serving ``provider`` (a concrete one: ``auto`` is resolved first)."""
-    return BACKENDS[provider]
+    return _load(PROVIDERS[provider].backend)
+
+
+def backends() -> list[Backend]:
+    """Every backend of the provider table, each once."""
+    return list({id(backend): backend for backend in map(backend_for, PROVIDERS.names())}.values())
+
+
+backends()  # every built-in backend's derived folders are known to the cache from here on
 
 
 def install_hint(provider: Provider) -> str:
@@ -106,45 +88,42 @@ def pip_extra(provider: Provider) -> str:
     return backend_for(provider).pip_extra(provider)
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor id (``GenuineIntel``, ``AuthenticAMD``, ...), or "" if unknown."""
-    return cpu_features().vendor
-
-
-def cpu_order(precision: Precision, vendor: str) -> tuple[Provider, Provider]:
-    """``auto``'s CPU rule: OpenVINO before ONNX Runtime on an Intel CPU at int8 and bf16,
-    where it uses the AMX/VNNI units through static quantization and bf16 kernels;
-    ONNX Runtime first everywhere else (AMD and ARM CPUs, fp32)."""
-    if vendor == "GenuineIntel" and precision in OPENVINO_FIRST:
-        return (Provider.OPENVINO, Provider.CPU)
-    return (Provider.CPU, Provider.OPENVINO)
+def auto_order(precision: Precision) -> list[Provider]:
+    """Every provider in ``auto``'s order for ``precision`` on this CPU: the table's ranks,
+    as each backend adjusts them for the CPU (:meth:`Backend.auto_rank`)."""
+    cpu = cpu_features()
+    ranked = {
+        row.provider: backend_for(row.provider).auto_rank(row, precision, cpu) for row in PROVIDERS
+    }
+    return sorted(ranked, key=ranked.__getitem__)
 
 
 def listed_providers() -> set[Provider]:
     """The providers present here: those whose backend's runtime is installed."""
     found: set[Provider] = set()
-    for backend in set(BACKENDS.values()):
+    for backend in backends():
         found |= backend.present()
-    return found
+    return found & set(PROVIDERS.names())
 
 
 def available_providers() -> set[Provider]:
     """The providers that can run here: installed and, for the GPU ones, with a torch
     that can use the GPU."""
     found = listed_providers()
-    return found - GPU_PROVIDERS if torch_cuda_problem() else found
+    if torch_cuda_problem():
+        return {provider for provider in found if not PROVIDERS.on_gpu(provider)}
+    return found
 
 
 def auto_candidates(config: OptimizeConfig) -> list[Provider]:
     """What ``auto`` may serve ``config`` with, fastest first: installed, usable here,
     serving the precision and the GPU options asked for."""
     installed = available_providers()
-    gpus = tuple(provider for provider in AUTO_ORDER if provider in GPU_PROVIDERS)
     return [
         provider
-        for provider in (*gpus, *cpu_order(config.precision, cpu_vendor()))
+        for provider in auto_order(config.precision)
         if provider in installed
-        and (provider, config.precision) in SUPPORTED_COMBINATIONS
+        and PROVIDERS.serves(provider, config.precision)
         and check_gpu_options(provider, config.gpu) is None
     ]
 
@@ -152,19 +131,22 @@ def auto_candidates(config: OptimizeConfig) -> list[Provider]:
 def precision_candidates(config: OptimizeConfig) -> list[tuple[Provider, Precision]]:
     """``precision="auto"``'s candidates: every precision the provider serves (with
     ``fallback``, also those its fallbacks serve), or for ``provider="auto"`` every usable
-    provider's (GPU ones first), in :data:`SERVED`'s order. Whether the machine can run
-    one (bf16 units, a GPU) is found when it is tried."""
+    provider's (in ``auto``'s order), each provider's in the table's order. Whether the
+    machine can run one (bf16 units, a GPU) is found when it is tried."""
     if config.provider is not Provider.AUTO:  # with fallback, its fallbacks' too
-        providers = list(FALLBACK_ORDER[config.provider] if config.fallback else [config.provider])
+        chain = PROVIDERS.fallback_chain(config.provider)
+        providers = list(chain if config.fallback else chain[:1])
     else:
         usable = available_providers()
         providers = [
             provider
-            for provider in AUTO_ORDER
+            for provider in auto_order(config.precision)
             if provider in usable and check_gpu_options(provider, config.gpu) is None
-        ] or [LAST_RESORT]
+        ] or [PROVIDERS.last_resort()]
     return [
-        (provider, precision) for provider in providers for precision in precisions_of(provider)
+        (provider, precision)
+        for provider in providers
+        for precision in PROVIDERS.precisions_of(provider)
     ]
 
 
@@ -175,14 +157,16 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
     if provider is Provider.AUTO:
         candidates = auto_candidates(config)
         if not candidates:
-            check_supported(LAST_RESORT, config.precision)
+            last_resort = PROVIDERS.last_resort()
+            check_supported(last_resort, config.precision)
             raise ProviderUnavailableError(
-                "No usable ONNX Runtime execution provider was found. Install one with: "
-                f"{install_hint(LAST_RESORT)}"
+                "No usable provider was found for provider='auto'. Install one with: "
+                f"{install_hint(last_resort)}"
             )
         provider = candidates[0]
     backend = backend_for(provider)
-    if provider in GPU_PROVIDERS and provider in listed_providers() and provider not in installed:
+    on_gpu = PROVIDERS.on_gpu(provider)
+    if on_gpu and provider in listed_providers() and provider not in installed:
         raise ProviderUnavailableError(
             f"provider={provider.value!r} runs on torch CUDA tensors, but {torch_cuda_problem()}. "
             "Install a CUDA build of torch (https://pytorch.org/get-started/locally/) on a machine "
@@ -195,11 +179,7 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
         )
     check_supported(provider, config.precision)
     backend.check(config)
-    return ResolvedProvider(
-        provider=provider,
-        precision=config.precision,
-        ort_providers=backend.runtime_providers(provider),
-    )
+    return ResolvedProvider(provider=provider, precision=config.precision)
 
 
 def session_layout(
@@ -241,8 +221,8 @@ def fallback_chain(config: OptimizeConfig) -> list[OptimizeConfig]:
     """
     if config.provider is Provider.AUTO:
         providers = auto_candidates(config)
-        if config.fallback and LAST_RESORT not in providers:
-            providers.append(LAST_RESORT)
+        if config.fallback and PROVIDERS.last_resort() not in providers:
+            providers.append(PROVIDERS.last_resort())
         steps = [config.served_by(provider) for provider in providers] or [config]
     else:
         # The request itself must be valid: fallback never turns a pair this release
@@ -250,10 +230,11 @@ def fallback_chain(config: OptimizeConfig) -> list[OptimizeConfig]:
         check_supported(config.provider, config.precision)
         if not config.fallback:
             return [config]
+        last_resort = PROVIDERS.last_resort()
         steps = [config] + [
             config.served_by(provider)
-            for provider in FALLBACK_ORDER[config.provider][1:]
-            if provider is LAST_RESORT or (provider, config.precision) in SUPPORTED_COMBINATIONS
+            for provider in PROVIDERS.fallback_chain(config.provider)[1:]
+            if provider is last_resort or PROVIDERS.serves(provider, config.precision)
         ]
     return _retry_without_graphs(steps)
 
@@ -263,9 +244,13 @@ def _retry_without_graphs(steps: list[OptimizeConfig]) -> list[OptimizeConfig]:
     chain: list[OptimizeConfig] = []
     for step in steps:
         chain.append(step)
-        if step.gpu.cuda_graph and step.provider is Provider.CUDA and len(steps) > 1:
+        if step.gpu.cuda_graph and _captures_graphs(step.provider) and len(steps) > 1:
             chain.append(replace(step, gpu=replace(step.gpu, cuda_graph=False)))
     return chain
+
+
+def _captures_graphs(provider: Provider) -> bool:
+    return PROVIDERS.on_gpu(provider) and PROVIDERS[provider].cuda_graph_problem is None
 
 
 def serve_first(chain: Sequence[OptimizeConfig], serve: Callable[[OptimizeConfig], T]) -> T:

@@ -21,7 +21,8 @@ from spacy.language import Language
 from spacy_accelerate.api import optimize, restore
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
-from spacy_accelerate.options.config import SERVED, Precision, Provider
+from spacy_accelerate.options.config import Precision, Provider
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
@@ -178,7 +179,7 @@ def available_variants() -> tuple[dict[str, Variant], dict[str, str]]:
         skipped["pytorch fp16 autocast (gpu)"] = "no CUDA device"
     variants["pytorch bf16 autocast (cpu)"] = PyTorchAutocast("cpu", "bfloat16")
     variants.update(RIVALS)
-    for provider, precision in SERVED:
+    for provider, precision in PROVIDERS.served():
         name = f"accelerate {provider.value} {precision.value}"
         reason = unavailable_reason(provider, precision)
         if reason is None:

@@ -25,41 +25,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from spacy_accelerate.options.config import (
-    GPU_PROVIDERS,
-    LOSSY,
-    SUPPORTED_COMBINATIONS,
-    Precision,
-    Provider,
-    precisions_of,
-)
+from spacy_accelerate.options.precision import LOSSY, Precision
+from spacy_accelerate.options.providers import PROVIDERS, Provider
 
 Pair = tuple[Provider, Precision]
-
-#: What each provider falls back to with ``fallback=True``, in order (the provider
-#: registry's order: :data:`spacy_accelerate.backends.registry.FALLBACK_ORDER`, which
-#: a test holds equal to this one; the registry sits above the options and cannot be
-#: imported here).
-FALLBACK_ORDER: dict[Provider, tuple[Provider, ...]] = {
-    Provider.TENSORRT: (Provider.TENSORRT, Provider.CUDA, Provider.CPU),
-    Provider.CUDA: (Provider.CUDA, Provider.CPU),
-    Provider.OPENVINO: (Provider.OPENVINO, Provider.CPU),
-    Provider.CPU: (Provider.CPU,),
-}
-
-#: The providers ``provider="auto"`` may pick.
-CONCRETE: tuple[Provider, ...] = (
-    Provider.TENSORRT,
-    Provider.CUDA,
-    Provider.CPU,
-    Provider.OPENVINO,
-)
 
 
 def _served_as(provider: Provider, precision: Precision) -> Pair:
     """What a fallback to ``provider`` serves (as ``OptimizeConfig.served_by`` does): the
     precision asked for where it serves it, fp32 otherwise."""
-    if (provider, precision) in SUPPORTED_COMBINATIONS:
+    if PROVIDERS.serves(provider, precision):
         return provider, precision
     return provider, Precision.FP32
 
@@ -68,16 +43,14 @@ def served_pairs(provider: Provider, precision: Precision, fallback: bool) -> se
     """Every (provider, precision) that may serve the request on some machine; none for
     a request this release does not serve (``check_supported`` refuses it)."""
     if provider is not Provider.AUTO and precision is not Precision.AUTO:
-        if (provider, precision) not in SUPPORTED_COMBINATIONS:
+        if not PROVIDERS.serves(provider, precision):
             return set()
-    providers = CONCRETE if provider is Provider.AUTO else (provider,)
+    providers = PROVIDERS.names() if provider is Provider.AUTO else (provider,)
     if fallback:  # ``auto`` with fallback ends on the CPU, the others walk their order
-        providers = tuple({p: None for q in providers for p in FALLBACK_ORDER[q]})
+        providers = tuple({p: None for q in providers for p in PROVIDERS.fallback_chain(q)})
     if precision is Precision.AUTO:
-        return {(p, q) for p in providers for q in precisions_of(p)}
-    pairs: set[Pair] = {
-        (p, precision) for p in providers if (p, precision) in SUPPORTED_COMBINATIONS
-    }
+        return {(p, q) for p in providers for q in PROVIDERS.precisions_of(p)}
+    pairs: set[Pair] = {(p, precision) for p in providers if PROVIDERS.serves(p, precision)}
     if fallback:
         first = providers[0] if provider is not Provider.AUTO else None
         pairs |= {_served_as(p, precision) for p in providers if p is not first}
@@ -96,8 +69,9 @@ class Rule:
     #: The keyword as ``optimize()`` spells it (``calibration_texts=``, ``fallback=True``).
     option: str
     reads: Callable[[Provider, Precision], bool]
-    #: Where it applies and why, after "applies to".
-    where: str
+    #: Where it applies and why, after "applies to" (read from the provider table when
+    #: said, so that a registered provider is named too).
+    where: Callable[[], str]
     #: What a request that does not read it does instead (or why it has no use for it).
     instead: Callable[[Provider, Precision], str]
     #: What to ask for instead of dropping it (None: nothing, only drop it).
@@ -113,17 +87,34 @@ def _fp32(_provider: Provider, precision: Precision) -> bool:
 
 
 def _on_gpu(provider: Provider, _precision: Precision) -> bool:
-    return provider in GPU_PROVIDERS
+    return PROVIDERS.on_gpu(provider)
 
 
 def _falls_back(provider: Provider, _precision: Precision) -> bool:
-    return provider is Provider.AUTO or len(FALLBACK_ORDER[provider]) > 1
+    return provider is Provider.AUTO or PROVIDERS[provider].fallback is not None
+
+
+def _providers_where(reads: Callable[[Provider, Precision], bool]) -> list[str]:
+    return [row.provider.value for row in PROVIDERS if reads(row.provider, Precision.FP32)]
+
+
+def _gpu_where(why: str) -> Callable[[], str]:
+    return lambda: f"provider {_quoted([*_providers_where(_on_gpu), 'auto'])} ({why})"
+
+
+def _ask_gpu(_provider: Provider, _precision: Precision) -> str:
+    return f"provider={_quoted(_providers_where(_on_gpu))}"
+
+
+def _fallback_where() -> str:
+    names = _quoted([*_providers_where(_falls_back), "auto"])
+    return f"provider {names} (they fall back towards {PROVIDERS.last_resort().value!r})"
 
 
 def _ask_lossy(provider: Provider, _precision: Precision) -> str:
     if provider is Provider.AUTO:
         return "precision='auto' (or a lossy precision)"
-    lossy = [q.value for q in precisions_of(provider) if q in LOSSY] + ["auto"]
+    lossy = [q.value for q in PROVIDERS.precisions_of(provider) if q in LOSSY] + ["auto"]
     return f"precision={_quoted(lossy)}"
 
 
@@ -133,11 +124,18 @@ def _lossy_is_checked_instead(_provider: Provider, precision: Precision) -> str:
 
 _LOSSY_WHERE = "precision 'int8', 'bf16', 'fp16' or 'auto'"
 
+
+def _lossy_where(why: str) -> Callable[[], str]:
+    return lambda: f"{_LOSSY_WHERE} ({why})"
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "tolerance=",
         _fp32,
-        "precision 'fp32' or 'auto' (the largest absolute difference fp32 may have to PyTorch)",
+        lambda: (
+            "precision 'fp32' or 'auto' (the largest absolute difference fp32 may have to PyTorch)"
+        ),
         lambda _p, _q: (
             "is judged by min_cosine= and min_agreement= on the calibration texts instead"
         ),
@@ -146,43 +144,42 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "min_cosine=",
         _lossy,
-        f"{_LOSSY_WHERE} (the least token cosine a lossy plan may have to PyTorch)",
+        _lossy_where("the least token cosine a lossy plan may have to PyTorch"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
         "min_agreement=",
         _lossy,
-        f"{_LOSSY_WHERE} (a lossy plan's annotations of the calibration texts are judged on it)",
+        _lossy_where("a lossy plan's annotations of the calibration texts are judged on it"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
         "calibration_texts=",
         _lossy,
-        f"{_LOSSY_WHERE} (they are judged on it)",
+        _lossy_where("they are judged on it"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
         "device_id=",
         _on_gpu,
-        "provider 'cuda', 'tensorrt' or 'auto' (the GPU providers)",
+        _gpu_where("the GPU providers"),
         lambda _p, _q: "runs on the CPU",
-        lambda _p, _q: "provider='cuda' or 'tensorrt'",
+        _ask_gpu,
     ),
     Rule(
         "gpu=",
         _on_gpu,
-        "provider 'cuda', 'tensorrt' or 'auto' (the GPU providers: buckets, CUDA graphs, "
-        "TensorRT's builder)",
+        _gpu_where("the GPU providers: buckets, CUDA graphs, TensorRT's builder"),
         lambda _p, _q: "runs on the CPU",
-        lambda _p, _q: "provider='cuda' or 'tensorrt'",
+        _ask_gpu,
     ),
     Rule(
         "fallback=True",
         _falls_back,
-        "provider 'tensorrt', 'cuda', 'openvino' or 'auto' (they fall back towards the CPU)",
+        _fallback_where,
         lambda _p, _q: "is the last resort already: there is nothing to fall back to",
         lambda _p, _q: None,
     ),
@@ -215,7 +212,7 @@ def inapplicable(
         alternative = rule.alternative(provider, precision)
         drop = f"Drop {option}" + (f", or ask for {alternative}" if alternative else "")
         problems.append(
-            f"{option} applies to {rule.where}; {request} "
+            f"{option} applies to {rule.where()}; {request} "
             f"{rule.instead(provider, precision)}. {drop}."
         )
     return problems

@@ -19,32 +19,10 @@ from spacy_accelerate.errors import InvalidOptionError
 from spacy_accelerate.options.agreement import DEFAULT_AGREEMENT, AgreementBounds
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.gpu import GpuOptions
+from spacy_accelerate.options.precision import LOSSY, Precision
+from spacy_accelerate.options.providers import PROVIDERS, Provider
 
-
-class Provider(str, Enum):
-    """Where the transformer runs once it has been accelerated."""
-
-    AUTO = "auto"
-    CPU = "cpu"
-    CUDA = "cuda"
-    TENSORRT = "tensorrt"
-    OPENVINO = "openvino"
-
-
-class Precision(str, Enum):
-    """The numeric precision of the exported model; ``auto``: the fastest plan here that
-    passes the accuracy gate (see :mod:`spacy_accelerate.pipeline.auto_precision`)."""
-
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    INT8 = "int8"
-    AUTO = "auto"
-
-
-#: The precisions that lose accuracy: each of their plans is judged by the pipeline's
-#: agreement with PyTorch fp32 on calibration texts (``min_agreement``).
-LOSSY: frozenset[Precision] = frozenset({Precision.FP16, Precision.BF16, Precision.INT8})
+__all__ = ["LOSSY", "Precision", "Provider"]  # where most of the library imports them from
 
 
 class MissingCache(str, Enum):
@@ -65,24 +43,6 @@ def texts_digest(texts: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-#: The provider/precision pairs this release serves, in the order benchmarks list
-#: them. Others are rejected with a clear error instead of being half-supported.
-SERVED: tuple[tuple[Provider, Precision], ...] = (
-    (Provider.CPU, Precision.FP32),
-    (Provider.CPU, Precision.INT8),
-    (Provider.CUDA, Precision.FP32),
-    (Provider.CUDA, Precision.FP16),
-    (Provider.TENSORRT, Precision.FP32),
-    (Provider.TENSORRT, Precision.FP16),
-    (Provider.OPENVINO, Precision.FP32),
-    (Provider.OPENVINO, Precision.BF16),
-    (Provider.OPENVINO, Precision.INT8),
-)
-SUPPORTED_COMBINATIONS: frozenset[tuple[Provider, Precision]] = frozenset(SERVED)
-
-#: The providers that run on an NVIDIA GPU (IO binding, buckets, CUDA graphs).
-GPU_PROVIDERS: frozenset[Provider] = frozenset({Provider.CUDA, Provider.TENSORRT})
-
 #: The fp32 parity gate of DESIGN.md: the largest allowed absolute difference
 #: between a hidden state of the exported model and of the PyTorch module.
 DEFAULT_TOLERANCE = 1e-4
@@ -96,9 +56,10 @@ DEFAULT_GPU_TOLERANCE = 1e-3
 #: token's hidden state and PyTorch's fp32 one.
 DEFAULT_MIN_COSINE = 0.99
 
-#: The gate of OpenVINO's calibrated int8: the mean token cosine over the pieces
-#: spaCy reads in the calibration documents (see :class:`~spacy_accelerate.options.gate.Gate`).
-DEFAULT_OPENVINO_INT8_MIN_COSINE = 0.995
+#: The gate of a calibrated int8 (a provider row with ``calibrated_int8``, OpenVINO's):
+#: the mean token cosine over the pieces spaCy reads in the calibration documents (see
+#: :class:`~spacy_accelerate.options.gate.Gate`).
+DEFAULT_CALIBRATED_INT8_MIN_COSINE = 0.995
 
 #: ... and the floor under every single piece of them, catching a broken model.
 CALIBRATED_COSINE_FLOOR = 0.95
@@ -127,7 +88,7 @@ def parse_enum(enum_type: type[Enum], value: Any, option: str) -> Any:
 
 def parse_provider(value: str | Provider) -> Provider:
     """Turn a user's provider string into a :class:`Provider`, or explain the valid ones."""
-    return parse_enum(Provider, value, "provider")
+    return PROVIDERS.parse(value)
 
 
 def parse_precision(value: str | Precision) -> Precision:
@@ -198,7 +159,7 @@ class OptimizeConfig:
 
     @property
     def on_gpu(self) -> bool:
-        return self.provider in GPU_PROVIDERS
+        return PROVIDERS.on_gpu(self.provider)
 
     def export_options(self) -> dict[str, Any]:
         """The options that change the exported file, hence part of the cache key."""
@@ -218,14 +179,14 @@ class OptimizeConfig:
         if self.precision is Precision.FP32:
             return Gate(max_abs_diff=self.tolerance or default_tolerance(self.provider))
         bound = self.min_cosine or default_min_cosine(self.precision, self.provider)
-        if self.provider is Provider.OPENVINO and self.precision is Precision.INT8:
+        if self.precision is Precision.INT8 and _calibrated_int8(self.provider):
             return Gate(min_cosine=min(CALIBRATED_COSINE_FLOOR, bound), min_mean_cosine=bound)
         return Gate(min_cosine=bound)
 
     def served_by(self, provider: Provider) -> OptimizeConfig:
         """This request served by ``provider`` instead (a fallback): a precision that
         provider cannot serve becomes fp32."""
-        served = (provider, self.precision) in SUPPORTED_COMBINATIONS
+        served = PROVIDERS.serves(provider, self.precision)
         return replace(
             self, provider=provider, precision=self.precision if served else Precision.FP32
         )
@@ -233,45 +194,46 @@ class OptimizeConfig:
 
 def default_tolerance(provider: Provider) -> float:
     """The fp32 parity bound: near-exact on a CPU, TF32-sized on a GPU."""
-    return DEFAULT_GPU_TOLERANCE if provider in GPU_PROVIDERS else DEFAULT_TOLERANCE
+    return DEFAULT_GPU_TOLERANCE if PROVIDERS.on_gpu(provider) else DEFAULT_TOLERANCE
 
 
-def default_min_cosine(precision: Precision, provider: Provider = Provider.CPU) -> float:
-    """The token cosine bound of a reduced precision. OpenVINO's int8 is calibrated on
-    real text and held to a tighter bound than ONNX Runtime's dynamic int8."""
+def default_min_cosine(precision: Precision, provider: Provider) -> float:
+    """The token cosine bound of a reduced precision. A calibrated int8 (OpenVINO's) is
+    held to a tighter bound, on the mean, than a dynamic one (ONNX Runtime's)."""
     if precision in (Precision.FP16, Precision.BF16):
         return DEFAULT_FP16_MIN_COSINE
-    if provider is Provider.OPENVINO:
-        return DEFAULT_OPENVINO_INT8_MIN_COSINE
+    if _calibrated_int8(provider):
+        return DEFAULT_CALIBRATED_INT8_MIN_COSINE
     return DEFAULT_MIN_COSINE
+
+
+def _calibrated_int8(provider: Provider) -> bool:
+    return provider in PROVIDERS and PROVIDERS[provider].calibrated_int8
 
 
 def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:
     """Why ``gpu`` cannot be served by ``provider``, or None."""
-    if provider is Provider.TENSORRT and gpu.cuda_graph:
-        return (
-            "cuda_graph=True is not available with provider='tensorrt': ONNX Runtime's TensorRT "
-            "provider keeps a single CUDA graph per session, which cannot serve several bucket "
-            "shapes. Use provider='cuda' with cuda_graph=True, or TensorRT without CUDA graphs."
-        )
-    return None
-
-
-def precisions_of(provider: Provider) -> tuple[Precision, ...]:
-    """The precisions ``provider`` serves, in :data:`SERVED`'s order."""
-    return tuple(precision for served, precision in SERVED if served is provider)
+    problem = PROVIDERS[provider].cuda_graph_problem if provider in PROVIDERS else None
+    if not gpu.cuda_graph or problem is None:
+        return None
+    capture = [row.provider.value for row in PROVIDERS if row.gpu and not row.cuda_graph_problem]
+    instead = f"Use provider={capture[0]!r} with cuda_graph=True, or " if capture else "Use "
+    return (
+        f"cuda_graph=True is not available with provider={provider.value!r}: {problem}. "
+        f"{instead}{provider.value} without CUDA graphs."
+    )
 
 
 def check_supported(provider: Provider, precision: Precision) -> None:
     """Refuse a provider/precision pair this release cannot serve yet (``auto``: a
     provider that serves some precision)."""
-    if (provider, precision) in SUPPORTED_COMBINATIONS:
+    if PROVIDERS.serves(provider, precision):
         return
-    if precision is Precision.AUTO and (provider is Provider.AUTO or precisions_of(provider)):
+    if precision is Precision.AUTO and (provider is Provider.AUTO or provider in PROVIDERS):
         return
     served = ", ".join(
         f"provider={p.value!r} with precision={q.value!r}"
-        for p, q in sorted(SUPPORTED_COMBINATIONS, key=lambda pair: (pair[0].value, pair[1].value))
+        for p, q in sorted(PROVIDERS.served(), key=lambda pair: (pair[0].value, pair[1].value))
     )
     raise InvalidOptionError(
         f"provider={provider.value!r} with precision={precision.value!r} is not available in "

@@ -23,11 +23,11 @@ from spacy_accelerate.errors import InvalidOptionError
 from spacy_accelerate.options.agreement import parse_min_agreement
 from spacy_accelerate.options.applicability import inapplicable
 from spacy_accelerate.options.config import (
+    DEFAULT_CALIBRATED_INT8_MIN_COSINE,
     DEFAULT_FP16_MIN_COSINE,
     DEFAULT_GPU_TOLERANCE,
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_MIN_COSINE,
-    DEFAULT_OPENVINO_INT8_MIN_COSINE,
     DEFAULT_OVERLAP,
     DEFAULT_TOLERANCE,
     MissingCache,
@@ -107,7 +107,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
     if min_cosine is not None and not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
         raise InvalidOptionError(
             f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
-            f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_OPENVINO_INT8_MIN_COSINE} for OpenVINO's "
+            f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_CALIBRATED_INT8_MIN_COSINE} for a calibrated "
             f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16."
         )
     bounds = parse_min_agreement(min_agreement)

@@ -47,7 +47,8 @@ from spacy_accelerate.errors import (
     ProviderUnavailableError,
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
-from spacy_accelerate.options.config import GPU_PROVIDERS, OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.judging import CalibrationSource
 from spacy_accelerate.pipeline.patch import patch, revert, scoped
@@ -64,7 +65,8 @@ logger = logging.getLogger("spacy_accelerate")
 CHOICE_FILE = "auto_precision.json"
 
 #: The calibration tokens each candidate is timed on, per turn: enough for a stable
-#: figure on a small model, few enough that trf-base's five candidates time in a minute.
+#: figure on a small model, few enough that timing every candidate stays a small part of
+#: the search (measured: ``docs/accuracy.md``, "precision="auto"").
 TIMED_TOKENS = 1500
 
 #: Turns of timing; each candidate's fastest turn counts.
@@ -153,7 +155,7 @@ def choice_inputs(
 ) -> dict[str, Any]:
     """What a stored choice depends on (its key): a change to any of these searches anew."""
     cpu = cpu_features()
-    on_gpu = any(candidate.provider in GPU_PROVIDERS for candidate in candidates)
+    on_gpu = any(PROVIDERS.on_gpu(candidate.provider) for candidate in candidates)
     usable = on_gpu and torch.cuda.is_available()
     gpu = torch.cuda.get_device_name(config.gpu.device_id or 0) if usable else None
     return {

@@ -17,11 +17,11 @@ from spacy_accelerate.options.config import Precision, Provider
 
 @dataclass(frozen=True)
 class ResolvedProvider:
-    """A concrete, installed provider and the ONNX Runtime providers to ask for."""
+    """A concrete, installed provider (``auto`` resolved) and the precision it serves;
+    what the runtime itself is asked for is its backend's business."""
 
     provider: Provider
     precision: Precision
-    ort_providers: tuple[str, ...]
 
 
 def import_runtime(module: str, what: str, install: str) -> ModuleType:

@@ -90,7 +90,6 @@ TENSORRT_ENGINES = DerivedFolders(
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime's execution providers over the exported ONNX file."""
 
-    providers = frozenset({Provider.CPU, Provider.CUDA, Provider.TENSORRT})
     derived_folders = (TENSORRT_ENGINES,)
 
     def install_hint(self, provider: Provider) -> str:

@@ -35,8 +35,10 @@ from spacy_accelerate.backends.openvino.session import (
 )
 from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
+from spacy_accelerate.cpu_features import CpuFeatures
 from spacy_accelerate.errors import CacheError, SpacyAccelerateError
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.providers import PROVIDERS, ProviderSpec
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -50,11 +52,26 @@ logger = logging.getLogger("spacy_accelerate")
 OPENVINO_BLOBS = DerivedFolders(name="openvino", label="openvino-blobs", legacy_record=SUMS_FILE)
 
 
+#: The precisions at which OpenVINO beats ONNX Runtime's CPU provider on Intel CPUs:
+#: static int8 (ONNX Runtime's CPU int8 is dynamic) and bf16 (ONNX Runtime serves none).
+#: At fp32 both run at the same speed, and ONNX Runtime is the lighter dependency
+#: (docs/performance.md, benchmarks/results/).
+FIRST_ON_INTEL: frozenset[Precision] = frozenset({Precision.INT8, Precision.BF16})
+
+
 class OpenVINOBackend(Backend):
     """OpenVINO's CPU plugin over the IR of the exported model."""
 
-    providers = frozenset({Provider.OPENVINO})
     derived_folders = (OPENVINO_BLOBS,)
+
+    def auto_rank(self, row: ProviderSpec, precision: Precision, cpu: CpuFeatures) -> float:
+        """Before every other CPU provider on an Intel CPU at int8 and bf16, where it uses
+        the AMX/VNNI units through static quantization and bf16 kernels; the table's rank
+        (after ONNX Runtime) everywhere else: AMD and ARM CPUs, fp32."""
+        if cpu.vendor == "GenuineIntel" and precision in FIRST_ON_INTEL:
+            cpu_ranks = [other.auto_rank for other in PROVIDERS if not other.gpu]
+            return min(cpu_ranks) - 0.5
+        return row.auto_rank
 
     def install_hint(self, provider: Provider) -> str:
         return INSTALL_HINT

@@ -61,7 +61,9 @@ from spacy_accelerate.backends.openvino.session import (
     speed_baseline,
 )
 from spacy_accelerate.errors import ConversionError
+from spacy_accelerate.options.config import Provider
 from spacy_accelerate.options.gate import Gate
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.runtime.providers import import_runtime
 from spacy_accelerate.verify.calibration import Calibration, Judge, spread
 from spacy_accelerate.verify.parity import check_parity
@@ -78,8 +80,9 @@ from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Rival
 logger = logging.getLogger("spacy_accelerate")
 
 
-#: Calibration items NNCF collects its statistics on (spread over the texts): with 12 of
-#: the built-in sample's 33 it served the same agreement on minilm-ewt, in less time.
+#: Calibration items NNCF collects its statistics on (spread over the texts): fewer changed
+#: more tags, every item of the built-in sample cost time for no better agreement
+#: (measured: ``docs/openvino.md``, "int8: calibrated on your texts").
 QUANTIZATION_ITEMS = 16
 
 #: Calibration items each plan's token cosine is measured on (spread over the texts), and
@@ -165,9 +168,11 @@ class DynamicInt8:
     ``hint``.
 
     Why: scales made for each token follow a real checkpoint's outlier activations more
-    closely than NNCF's static ones, for some speed (``benchmarks/openvino_dynamic_int8.py``
-    measured the group sizes: larger groups ran faster and changed more tags; 128 keeps a
-    margin).
+    closely than NNCF's static ones, for some speed. The group size trades the two:
+    larger groups run faster and follow the activations less closely, smaller ones
+    (OpenVINO's own default among them) the reverse; the default keeps a margin on both
+    sides (measured: ``benchmarks/results/openvino_dynamic_int8-trf-base.json``, made by
+    ``benchmarks/openvino_dynamic_int8.py``).
     """
 
     group_size: int = DYNAMIC_INT8_GROUP_SIZE
@@ -418,10 +423,11 @@ def present_layer_nodes(
         layer: [node for node in nodes if node.name in present] for layer, nodes in by_layer.items()
     }
     if not all(any(node.op_type == "MatMul" for node in nodes) for nodes in layer_nodes.values()):
+        fallback = PROVIDERS[Provider.OPENVINO].fallback or Provider.OPENVINO
         raise ConversionError(
             "OpenVINO's model has none of the export's MatMul nodes of some layers, so no layer "
             "can be kept in float. Please report this with your openvino and nncf versions; use "
-            "precision='bf16' or provider='cpu' meanwhile."
+            f"precision='bf16' or provider={fallback.value!r} meanwhile."
         )
     return layer_nodes
 

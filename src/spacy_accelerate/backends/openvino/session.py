@@ -11,17 +11,20 @@ Infer requests are made per thread (one request may not run twice at once)
 and the thread count is the process's CPU affinity, as for ONNX Runtime.
 
 OpenVINO is run directly, not through ONNX Runtime's OpenVINO provider:
-both ran at the same speed (``benchmarks/openvino_ep.py``), the ``openvino``
+both ran at the same speed (measured:
+``benchmarks/results/openvino_ep-trf-base-8x128.json``), the ``openvino``
 wheel installs next to ``onnxruntime`` (``onnxruntime-openvino`` replaces
 it), and the direct API is what NNCF quantizes. The model keeps dynamic batch
 and length axes: static models per bucket were slower on the CPU
-(``benchmarks/openvino_shapes.py``).
+(measured: ``benchmarks/results/openvino_shapes-*.json``, ``docs/openvino.md``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import re
 import threading
 from collections import Counter
@@ -35,7 +38,13 @@ import numpy as np
 import torch
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
+from spacy_accelerate.cpu_features import (
+    BF16_FLAGS,
+    INT8_KERNEL_FLAGS,
+    CpuFeatures,
+    cpu_features,
+    is_this_cpu,
+)
 from spacy_accelerate.errors import PrecisionUnavailableError
 from spacy_accelerate.options.config import OptimizeConfig, Precision
 from spacy_accelerate.runtime.length_groups import run_by_length
@@ -61,8 +70,8 @@ DYNAMIC_INT8_GROUP_SIZE = 128
 
 def float_part_hints() -> tuple[str, ...]:
     """The hints the float layers of an int8 plan are tried in, in order:
-    :func:`precision_hint`'s (bf16 where the CPU has it: float layers ran 1.6x as fast
-    with it on trf-base), then ``f32``, because bf16's own error can be what fails the
+    :func:`precision_hint`'s (bf16 where the CPU has it, the faster of the two for the
+    same token cosine), then ``f32``, because bf16's own error can be what fails the
     gate."""
     first = precision_hint(Precision.INT8)
     return (first,) if first == "f32" else (first, "f32")
@@ -82,7 +91,8 @@ def dynamic_quantization_runs(hint: str, group_size: int, cpu: CpuFeatures | Non
     Xeon: groups of 0, 32 and 128 gave the same outputs). The compiled runtime model does
     not show it (the same ``FullyConnected`` node either way), hence this rule."""
     cpu = cpu or cpu_features()
-    effective = hint if cpu.bf16 else "f32"  # a bf16 hint without bf16 units runs f32
+    bf16 = "BF16" in cpu_capabilities(cpu)
+    effective = hint if bf16 else "f32"  # a bf16 hint without bf16 units runs f32
     return cpu.x86 and cpu.vnni and group_size > 0 and group_size % 16 == 0 and effective == "f32"
 
 
@@ -110,7 +120,7 @@ def int8_plan_kinds() -> list[str]:
 def speed_baseline() -> str:
     """The float plan an int8 plan must beat to be served: bf16 where the CPU has bf16
     units, fp32 elsewhere."""
-    return "bf16" if cpu_features().bf16 else "fp32"
+    return "bf16" if "BF16" in cpu_capabilities() else "fp32"
 
 
 #: What installs OpenVINO (and NNCF, for its int8).
@@ -123,10 +133,27 @@ def import_openvino() -> ModuleType:
     return import_runtime("openvino", "OpenVINO", INSTALL_HINT)
 
 
-def cpu_capabilities() -> frozenset[str]:
-    """What OpenVINO's CPU plugin can do here (``FP32``, ``BF16``, ``INT8``, ...), as
-    :func:`~spacy_accelerate.cpu_features.cpu_features` reads it (or a test simulates it)."""
-    return cpu_features().openvino
+#: The CPU flags that change what OpenVINO compiles for int8 and bf16 (part of its key).
+KERNEL_FLAGS = INT8_KERNEL_FLAGS | {"avx512dq"} | BF16_FLAGS
+
+
+def cpu_capabilities(cpu: CpuFeatures | None = None) -> frozenset[str]:
+    """What OpenVINO's CPU plugin can do on ``cpu`` (this one by default): ``FP32``,
+    ``BF16``, ``INT8``, ... as the plugin reports it on this machine (empty without
+    OpenVINO); for a simulated CPU, what the plugin reports where those flags are
+    (bf16 where it has bf16 units)."""
+    cpu = cpu or cpu_features()
+    if is_this_cpu(cpu):
+        return _plugin_capabilities()
+    return frozenset({"FP32", "INT8", *(["BF16"] if cpu.bf16 else [])})
+
+
+@functools.cache
+def _plugin_capabilities() -> frozenset[str]:
+    if importlib.util.find_spec("openvino") is None:
+        return frozenset()
+    core = import_openvino().Core()
+    return frozenset(str(item) for item in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def check_precision(precision: Precision) -> None:
@@ -145,12 +172,12 @@ def precision_hint(precision: Precision) -> str:
     An int8 model's quantized MatMuls run in int8 whatever the hint; the hint sets
     what the rest runs in, including the layers accuracy control left in float.
     Those run in bf16 where OpenVINO's CPU plugin reports ``BF16`` (AVX512_BF16 and
-    AMX-BF16 among what it counts): on trf-base's plan with half of the layers in
-    float that was 1.6x as fast as f32 (0.70 s vs 1.15 s per 16 x 128 batch), with
-    the same mean token cosine to PyTorch (0.99994), while the all-int8 model's
-    speed did not change. This is where accuracy control starts; a plan's IR
-    records the hint it was judged with (:func:`compile_settings`), and this one is part
-    of the cache key (:func:`openvino_key`)."""
+    AMX-BF16 among what it counts): float layers run faster in bf16 than in f32, with
+    the same mean token cosine to PyTorch, and the all-int8 model's speed does not
+    change (measured: ``docs/openvino.md``, "The int8 search"). This is where accuracy
+    control starts; a plan's IR records the hint it was judged with
+    (:func:`compile_settings`), and this one is part of the cache key
+    (:func:`openvino_key`)."""
     if precision is Precision.INT8:
         return "bf16" if "BF16" in cpu_capabilities() else "f32"
     return PRECISION_HINTS[precision]
@@ -169,9 +196,9 @@ def compile_settings(model: Any, precision: Precision) -> dict[str, Any]:
     """The plugin settings that make ``model`` (an IR read by OpenVINO) compute as it
     was judged, read from what its int8 plan recorded: the hint (:func:`precision_hint`
     where nothing is recorded) and, for a dynamic int8 plan, the group size of its
-    activations' run-time quantization (OpenVINO's own default, 32, ran at 0.8x the
-    speed on trf-base, see :class:`.quantize.DynamicInt8`). Kept in the IR,
-    so a warm start compiles the model exactly as it was judged."""
+    activations' run-time quantization (not OpenVINO's own default, which runs slower:
+    see :class:`.quantize.DynamicInt8`). Kept in the IR, so a warm start compiles the
+    model exactly as it was judged."""
     recorded = precision is Precision.INT8 and model.has_rt_info(FLOAT_LAYERS_RT_INFO)
     hint = model.get_rt_info(FLOAT_LAYERS_RT_INFO).astype(str) if recorded else None
     settings: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint or precision_hint(precision)}
@@ -204,7 +231,7 @@ def openvino_key(precision: Precision) -> dict[str, Any]:
     key = {
         **versions,
         "cpu": sorted(cpu_capabilities()),
-        "cpu_kernels": list(cpu_features().openvino_kernels),
+        "cpu_kernels": sorted(cpu_features().flags & KERNEL_FLAGS),
     }
     if precision is Precision.INT8:
         key["int8_float_layers"] = precision_hint(precision)
