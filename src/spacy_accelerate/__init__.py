@@ -1,4 +1,5 @@
-"""spacy-accelerate: run spaCy transformer pipelines on ONNX Runtime, same annotations.
+"""spacy-accelerate: run spaCy transformer pipelines on ONNX Runtime or OpenVINO, same
+annotations.
 
 >>> import spacy, spacy_accelerate
 >>> nlp = spacy_accelerate.optimize(spacy.load("en_core_web_trf"), provider="cpu")

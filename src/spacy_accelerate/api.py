@@ -284,7 +284,7 @@ class Accelerator:
         )
         calibration = self.sources.of(location, detected.spec, attempt)
         judge = agreement_judge(calibration, module, attempt) if calibration is not None else None
-        session, exported = get_or_export(  # 6. get or export the ONNX model
+        session, exported = get_or_export(  # 6. get or export the served model
             module,
             detected,
             attempt,

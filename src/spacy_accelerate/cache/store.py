@@ -1,4 +1,4 @@
-"""On-disk cache of exported ONNX models, keyed by a SHA256 of everything that shaped the export.
+"""On-disk cache of exported models, keyed by a SHA256 of everything that shaped the export.
 
 Exporting a transformer takes tens of seconds to minutes, so the result is kept under
 ``<cache_dir>/<key>/`` and reused by later processes. The cache is shared between processes

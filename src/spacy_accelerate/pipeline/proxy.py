@@ -234,7 +234,8 @@ class AcceleratedModule(torch.nn.Module):
 
 
 class AcceleratedEncoder(AcceleratedModule):
-    """A ``CuratedTransformer`` look-alike backed by an ONNX Runtime session."""
+    """A ``CuratedTransformer`` look-alike backed by a runtime's session (ONNX Runtime,
+    OpenVINO)."""
 
     def forward(
         self,
@@ -264,7 +265,8 @@ class AcceleratedEncoder(AcceleratedModule):
 
 
 class AcceleratedHFModel(AcceleratedModule):
-    """A Hugging Face ``PreTrainedModel`` look-alike backed by an ONNX Runtime session."""
+    """A Hugging Face ``PreTrainedModel`` look-alike backed by a runtime's session (ONNX
+    Runtime, OpenVINO)."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """The inference-only guard: training calls on an accelerated pipeline fail with a way out.
 
-An ONNX Runtime session has no gradients, so ``nlp.update`` would either
+A runtime's session (ONNX Runtime, OpenVINO) has no gradients, so ``nlp.update`` would either
 fail deep inside thinc or, worse, train the heads against a frozen stand-in
 while the saved PyTorch weights drift apart from what runs. The guard
 replaces the pipeline's training entry points on this one ``nlp`` object

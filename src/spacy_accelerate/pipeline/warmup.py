@@ -1,7 +1,8 @@
 """Step 9: run the shapes the pipeline will see before the first real batch.
 
-ONNX Runtime allocates its memory arena on first use, and on a GPU it tunes
-kernels per shape, builds TensorRT engines and captures CUDA graphs; doing
+A runtime allocates its memory on first use (ONNX Runtime its arena), and on a
+GPU ONNX Runtime tunes kernels per shape, builds TensorRT engines and captures
+CUDA graphs; doing
 it here keeps that cost out of the user's first request. On a GPU every
 bucket of the window is run; on the CPU two typical batches suffice.
 """

@@ -201,7 +201,8 @@ def get_or_export(
     references: References | None = None,
     export: SharedExport | None = None,
 ) -> tuple[Session, ExportedModel]:
-    """Return a session over a verified ONNX model of ``module`` and its provenance.
+    """Return a session over a verified model of ``module`` (ONNX, or OpenVINO's IR made
+    from it) and its provenance.
 
     ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
     ``verification``: the rows the model is checked on (by default random and control

@@ -2,11 +2,11 @@
 
 spaCy pads every span of a batch to the longest one. With strided windows
 (128 pieces, stride 96 in ``en_core_web_trf``) each document's last window
-is short, and 22-45% of the positions of the batches spaCy made from UD-EWT
-were padding (``trf-base`` and ``minilm-ewt``, batches of 64 documents). On
-a CPU the encoder's cost grows with the positions it runs, so the rows are
-sorted by length and run in a few groups, each cut to the length of its
-longest row.
+is short, so much of a batch made from real text is padding (measured:
+``padded_share`` in ``benchmarks/results/length_groups-*.json``). On a CPU
+the encoder's cost grows with the positions it runs, so the rows are sorted
+by length and run in a few groups, each cut to the length of its longest
+row.
 
 What spaCy reads does not change: the attention mask already keeps padding
 out of every real piece's attention, and positions count from the row's

@@ -60,8 +60,8 @@ logger = logging.getLogger("spacy_accelerate")
 #: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
 #: over the texts (their genres), each without its padding: the ladder needs only which
 #: MatMuls harm most, and each one costs a run of the model over them. Two rows keep the
-#: most harmful as four do, as four keep eight's (``benchmarks/harm_rows.py``, figures in
-#: ``docs/accuracy.md``).
+#: most harmful as four do, as four keep eight's (measured by ``benchmarks/harm_rows.py``:
+#: ``benchmarks/results/harm_rows-epyc-2cpu-2026-12-04.json``, ``docs/accuracy.md``).
 HARM_ROWS = 2
 
 
@@ -92,9 +92,9 @@ DEFAULT_INT8_RECIPE = Int8Recipe()
 def recipe_for(cpu: CpuFeatures) -> Int8Recipe:
     """The recipe for ``cpu``: 7-bit weights on an x86 CPU without VNNI, where ONNX
     Runtime's u8 x s8 products saturate (its quantization guide recommends
-    ``reduce_range`` there). Measured on an AVX2-only AMD EPYC, MiniLM-L6 with trained
-    heads: with 8-bit weights no plan kept every real piece's cosine >= 0.99 (best 0.986,
-    the whole feed-forward in float); with 7-bit weights that plan reached 0.995."""
+    ``reduce_range`` there): with 8-bit weights on such a CPU no plan kept every real
+    piece within the cosine gate, with 7-bit weights the same plan did (measured:
+    ``docs/hardware.md``, "7-bit weights")."""
     return Int8Recipe(reduce_range=cpu.int8_products_saturate)
 
 
@@ -110,7 +110,8 @@ def prepare(source: Path, target: Path) -> None:
     parses and writes the model once more after it, for the same graph and its mark),
     and its shape inferences add nothing here (the symbolic one cannot
     follow the dynamic mask arithmetic; ONNX's gave the same int8 model on the BERT and
-    RoBERTa exports), for seconds of a base model's search."""
+    RoBERTa exports), only time (measured: ``docs/performance.md``, "Issue 29 on an
+    Intel Xeon with AMX")."""
     import onnxruntime
     from onnxruntime.quantization.quant_utils import add_pre_process_metadata
 
@@ -154,10 +155,10 @@ def matmul_harm(
     on ``recipe.harm_rows`` calibration rows (:func:`harm_rows`) when that MatMul alone is
     int8 (one minus the mean cosine of the pieces, averaged over the hidden states).
 
-    Why end to end and not the MatMul's own error: on minilm-ewt the final feed-forward
-    output has the smallest error of its own (1.2% per piece) yet, alone in int8,
-    changed 0.58% of the calibration tags and 4.3% of the dependencies, more than any
-    other; earlier layers' errors are partly absorbed by the layers after them.
+    Why end to end and not the MatMul's own error: the MatMul with the smallest error of
+    its own can be the one that, alone in int8, changes the annotations most, since
+    earlier layers' errors are partly absorbed by the layers after them (measured:
+    ``docs/accuracy.md``, "One int8 search").
 
     One session measures them all (:func:`switchable_model`), rather than a model
     quantized once per MatMul, which a base model's 72 would take minutes for."""

@@ -1,15 +1,16 @@
 """A quantization plan's model made from the all-int8 one: chosen layers put back in float.
 
 Accuracy control tries plans that keep some layers in float. NNCF would
-quantize the whole model again for each (~38 s each on ``trf-base``, most
-of a cold build). Its statistics, SmoothQuant scales and fast bias
-correction are all computed per node from the float model, so one layer's
-quantization does not depend on which other layers are quantized: the plan
-is the all-int8 model with the layers' MatMuls given back their float
-inputs, weights and biases, and their other quantizers (the attention's
-query and key) bypassed. The result equals NNCF's own quantization with
-those layers in its ignored scope (within 1e-5 on the test models) and
-takes well under a second.
+quantize the whole model again for each, and a quantization is most of a
+cold build (measured: ``docs/openvino.md``). Its statistics, SmoothQuant
+scales and fast bias correction are all computed per node from the float
+model, so one layer's quantization does not depend on which other layers
+are quantized: the plan is the all-int8 model with the layers' MatMuls
+given back their float inputs, weights and biases, and their other
+quantizers (the attention's query and key) bypassed. The result equals
+NNCF's own quantization with those layers in its ignored scope (within
+1e-5 on the test models) and takes a small fraction of a quantization's
+time.
 
 Each plan is still measured by both gates before it can be served. Where the
 graph around a MatMul is not the one NNCF makes (another NNCF or OpenVINO
