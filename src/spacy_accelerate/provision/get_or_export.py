@@ -201,8 +201,8 @@ def get_or_export(
     references: References | None = None,
     export: SharedExport | None = None,
 ) -> tuple[Session, ExportedModel]:
-    """Return a session over a verified model of ``module`` (ONNX, or OpenVINO's IR made
-    from it) and its provenance.
+    """Return a session over a verified model of ``module`` (ONNX or OpenVINO IR) and its
+    provenance.
 
     ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
     ``verification``: the rows the model is checked on (by default random and control
@@ -222,8 +222,6 @@ def get_or_export(
     the other builds of one search (by default, this call's own).
     """
     start = time.perf_counter()
-    if buckets is None:
-        buckets = BucketPlan.for_pipeline(config.gpu, detected.spec, window, DEFAULT_MAX_BATCH)
     fetch = _Fetch(
         module,
         detected,
@@ -231,7 +229,7 @@ def get_or_export(
         provider,
         cache,
         verification=verification or Verification(window=window),
-        buckets=buckets,
+        buckets=buckets or _default_buckets(config, detected, window),
         calibration=calibration,
         judge=judge,
         build_allowed=build_allowed,
@@ -241,6 +239,20 @@ def get_or_export(
         limits=limits,
     )
     session, exported = fetch.run(start)
+    _log_fetched(exported, config, detected)
+    return session, exported
+
+
+def _default_buckets(config: OptimizeConfig, detected: DetectedEncoder, window: int) -> BucketPlan:
+    """The GPU shapes of a request that names none: derived from ``window`` alone."""
+    return BucketPlan.for_pipeline(config.gpu, detected.spec, window, DEFAULT_MAX_BATCH)
+
+
+def _log_fetched(
+    exported: ExportedModel, config: OptimizeConfig, detected: DetectedEncoder
+) -> None:
+    """Say at DEBUG how :func:`get_or_export` got the model: from the cache or exported,
+    in how long, and its parity to PyTorch."""
     parity = exported.parity
     logger.debug(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",
@@ -253,7 +265,6 @@ def get_or_export(
         if parity
         else "not checked",
     )
-    return session, exported
 
 
 class _Fetch:

@@ -135,40 +135,68 @@ def annotate(
     """
     wanted = check_fields(fields)
     ray_module = require_ray()
+    _check_sizes(concurrency, batch_size)
+    location = _pipeline_location(pipeline)
+    options = _actor_options(optimize_options, num_cpus)
+    code_path = _code_path(code)
+    _check_columns(dataset, text_column, wanted)
+    annotator = {
+        "pipeline": location,
+        "text_column": text_column,
+        "fields": wanted,
+        "optimize_options": None if optimize_options is None else options,
+        "code": code_path,
+        "default_options": options,
+    }
+    pool = _actor_pool(ray_module, concurrency)
+    return _on_actors(dataset, annotator, pool, batch_size, num_cpus, num_gpus)
+
+
+def _check_sizes(concurrency: int | tuple[int, int], batch_size: int) -> None:
+    """At least one actor (where ``concurrency`` is a count) and one row a batch."""
     if isinstance(concurrency, int) and concurrency < 1:
         raise InvalidOptionError(f"concurrency must be at least 1 actor, not {concurrency}.")
     if batch_size < 1:
         raise InvalidOptionError(f"batch_size must be at least 1 row, not {batch_size}.")
-    location = _pipeline_location(pipeline)
-    options = _actor_options(optimize_options, num_cpus)
-    code_path: str | None = None
-    if code is not None:
-        if not Path(code).is_file():
-            raise InvalidOptionError(
-                f"No Python file at {os.fspath(code)} (code): give the file that registers "
-                "the pipeline's custom components or functions."
-            )
-        code_path = str(Path(code).resolve())
-    _check_columns(dataset, text_column, wanted)
-    pool = (
-        ray_module.data.ActorPoolStrategy(size=concurrency)
-        if isinstance(concurrency, int)
-        else ray_module.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1])
-    )
+
+
+def _code_path(code: str | os.PathLike[str] | None) -> str | None:
+    """The absolute path each actor imports ``code`` from (it must be a file), or None."""
+    if code is None:
+        return None
+    if not Path(code).is_file():
+        raise InvalidOptionError(
+            f"No Python file at {os.fspath(code)} (code): give the file that registers "
+            "the pipeline's custom components or functions."
+        )
+    return str(Path(code).resolve())
+
+
+def _actor_pool(ray_module: Any, concurrency: int | tuple[int, int]) -> Any:
+    """Ray Data's pool of ``concurrency`` actors: a fixed count, or a (min, max) range."""
+    if isinstance(concurrency, int):
+        return ray_module.data.ActorPoolStrategy(size=concurrency)
+    return ray_module.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1])
+
+
+def _on_actors(
+    dataset: ray.data.Dataset,
+    annotator: dict[str, Any],
+    pool: Any,
+    batch_size: int,
+    num_cpus: float,
+    num_gpus: float,
+) -> ray.data.Dataset:
+    """``dataset``'s batches of ``batch_size`` rows through :class:`Annotator` actors made
+    with ``annotator`` (its keyword arguments), in ``pool``, each on ``num_cpus`` and
+    ``num_gpus``; restarted where they die (:func:`_restarts`)."""
     with warnings.catch_warnings():
         # Ray 2.60 deprecates passing remote arguments (the restarts) by keyword; where
         # they are no longer taken, Ray Data's own defaults restart actors and retry tasks.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
         return dataset.map_batches(
             Annotator,
-            fn_constructor_kwargs={
-                "pipeline": location,
-                "text_column": text_column,
-                "fields": wanted,
-                "optimize_options": None if optimize_options is None else options,
-                "code": code_path,
-                "default_options": options,
-            },
+            fn_constructor_kwargs=annotator,
             batch_size=batch_size,
             batch_format="pyarrow",
             zero_copy_batch=True,
