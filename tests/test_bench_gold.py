@@ -15,7 +15,7 @@ from spacy.training import Example
 from typer.testing import CliRunner, Result
 
 from spacy_accelerate.bench.gold import SCORES, gold_texts, read_gold, score
-from spacy_accelerate.cli.app import app
+from spacy_accelerate.cli import app
 from spacy_accelerate.errors import InvalidOptionError
 
 runner = CliRunner()

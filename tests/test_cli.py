@@ -18,9 +18,9 @@ from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR
 from typer.testing import CliRunner
 
 import spacy_accelerate
-from spacy_accelerate.cli import app as cli
-from spacy_accelerate.cli import outputs
-from spacy_accelerate.cli.app import app
+from spacy_accelerate.cli import app, outputs
+from spacy_accelerate.cli import bench as bench_cli
+from spacy_accelerate.cli import optimize as optimize_cli
 from spacy_accelerate.cli.outputs import check_pipeline_folder
 from spacy_accelerate.provision.bundle import BUNDLE_DIR, BUNDLE_FILE
 
@@ -271,7 +271,7 @@ def test_optimize_checks_output_before_any_work(
     bert_path: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make, pattern
 ):
     output = make(tmp_path, monkeypatch)
-    monkeypatch.setattr(cli, "_load_pipeline", _no_work)
+    monkeypatch.setattr(optimize_cli, "load_pipeline", _no_work)
     result = invoke("optimize", str(bert_path), "--provider", "cpu", "--output", str(output))
     assert_one_line_error(result, f"--output {output}")
     assert pattern in result.output
@@ -281,7 +281,7 @@ def test_optimize_checks_output_before_any_work(
 def test_bench_and_annotate_check_their_output_before_any_work(
     bert_path: Path, texts_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(cli, "_load_pipeline", _no_work)
+    monkeypatch.setattr(bench_cli, "load_pipeline", _no_work)
     report = _file(tmp_path / "a-file") / "report.json"
     bench = invoke("bench", str(bert_path), str(texts_file), "--output", str(report))
     assert_one_line_error(bench, "--output")

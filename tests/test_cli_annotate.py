@@ -23,7 +23,7 @@ import ray.data  # noqa: F401, E402
 from spacy_accelerate_samples import ewt
 
 from spacy_accelerate.cli import annotate as annotate_cli
-from spacy_accelerate.cli.app import main
+from spacy_accelerate.cli import main
 
 SENTENCES = 50
 SUMMARY = re.compile(r"^(\d+) rows \((\d+) with errors\) in [\d.]+ s, [\d,.]+ rows/s -> (.+)$")

@@ -24,8 +24,8 @@ from typer.testing import CliRunner, Result
 
 from spacy_accelerate import progress
 from spacy_accelerate._version import __version__
-from spacy_accelerate.cli import app as cli
-from spacy_accelerate.cli.app import app, main
+from spacy_accelerate.cli import app, main
+from spacy_accelerate.cli._util import CommandError
 from spacy_accelerate.provision.requirements import (
     require_library,
     runtime_extras,
@@ -278,7 +278,7 @@ def test_help_exits_0_and_ctrl_c_exits_130(
     def interrupted(cache_dir: Path | None = None) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("spacy_accelerate.cli.doctor.diagnose", interrupted)
+    monkeypatch.setattr("spacy_accelerate.cli.diagnosis.diagnose", interrupted)
     status, _, err = run_main(capsys, "doctor")
     assert status == 130 and err.strip() == "Interrupted."
 
@@ -296,7 +296,7 @@ def test_the_module_entry_point_goes_through_main():
 def test_help_is_fast_and_imports_neither_spacy_nor_torch():
     probe = (
         "import sys\n"
-        "from spacy_accelerate.cli.app import main\n"
+        "from spacy_accelerate.cli import main\n"
         "try:\n"
         "    main(['--help'])\n"
         "except SystemExit as exited:\n"
@@ -414,9 +414,9 @@ def test_quiet_and_verbose_set_the_level(
 
     def load(name: str, code: Path | None = None) -> None:
         seen.append((progress.Verbosity.NORMAL, logger.level))
-        raise cli.CommandError("stopped here")
+        raise CommandError("stopped here")
 
-    monkeypatch.setattr(cli, "_load_pipeline", load)
+    monkeypatch.setattr(f"spacy_accelerate.cli.{command}.load_pipeline", load)
     texts = tmp_path / "texts.txt"
     texts.write_text("One text.\n")
     args = [command, "pipeline", *([str(texts)] if command == "bench" else []), *flags]

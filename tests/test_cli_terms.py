@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from spacy_accelerate.cli.app import app
+from spacy_accelerate.cli import app
 from spacy_accelerate.cli.terms import FLAGS, cli_terms
 from spacy_accelerate.errors import InvalidOptionError
 from spacy_accelerate.options.config import Precision, Provider, check_supported

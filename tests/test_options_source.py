@@ -10,7 +10,7 @@ import typer.main
 import typer.models
 
 from spacy_accelerate.api import make_optimize_callback, optimize
-from spacy_accelerate.cli.app import optimize as optimize_command
+from spacy_accelerate.cli.optimize import optimize as optimize_command
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest
 
 OPTIONS = {f.name: f.default for f in fields(OptimizeOptions)}

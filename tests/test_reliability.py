@@ -89,7 +89,7 @@ def test_cache_clear_on_the_command_line_keeps_a_users_files(
 ):
     from typer.testing import CliRunner
 
-    from spacy_accelerate.cli.app import app
+    from spacy_accelerate.cli import app
 
     spacy_accelerate.optimize(roberta, "openvino", "fp32", cache_dir=cache_dir)
     thesis = tmp_path / "thesis"

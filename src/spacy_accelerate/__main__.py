@@ -1,3 +1,3 @@
-from spacy_accelerate.cli.app import main
+from spacy_accelerate.cli import main
 
 main()

@@ -190,66 +190,98 @@ def side_by_side(
     """
     if batch_size < 1 or repeats < 1:
         raise ValueError(f"batch_size and repeats must be 1 or more, got {batch_size}, {repeats}")
-    base = reference if reference is not None else PyTorch()
     chosen = {
         name: v if isinstance(v, Variant) else Accelerated(dict(v)) for name, v in variants.items()
     }
-    words = sum(len(text.split()) for text in texts)
-    failed: dict[str, str] = {}
+    base = reference if reference is not None else PyTorch()
+    run = _Alternation(nlp, texts, batch_size, base, chosen, refusals)
+    expected = run.warm_up()
+    base_seconds = run.time(repeats)
+    return SideBySide(
+        words=sum(len(text.split()) for text in texts),
+        pytorch_seconds=base_seconds,
+        variants={name: run.result(name, expected) for name in run.chosen},
+        reference=expected,
+        failed=run.failed,
+    )
 
-    def switched(name: str) -> bool:
+
+class _Alternation:
+    """The variants of one side-by-side run, switched in turn on one ``Language``: a
+    variant whose switching is refused is dropped (back to the reference), its reason
+    kept in :attr:`failed`; what the others did is kept by name."""
+
+    def __init__(
+        self,
+        nlp: Language,
+        texts: Sequence[str],
+        batch_size: int,
+        base: Variant,
+        chosen: dict[str, Variant],
+        refusals: tuple[type[Exception], ...],
+    ) -> None:
+        self.nlp, self.texts, self.batch_size = nlp, texts, batch_size
+        self.base, self.chosen, self.refusals = base, chosen, refusals
+        self.failed: dict[str, str] = {}
+        self.warm: dict[str, list[Doc]] = {}
+        self.served: dict[str, dict[str, tuple[str, str]]] = {}
+        self.first: dict[str, float] = {}
+        self.seconds: dict[str, list[float]] = {}
+
+    def warm_up(self) -> list[Doc]:
+        """One pass of the reference (its annotations, returned) and of every variant,
+        each variant's set-up timed with its pass."""
+        self.base.apply(self.nlp)
+        _, expected = _timed(self.nlp, self.texts, self.batch_size)
+        for name in list(self.chosen):
+            started = time.perf_counter()
+            if self._switched(name):
+                self.served[name] = _served(self.nlp)
+                self.warm[name] = _timed(self.nlp, self.texts, self.batch_size)[1]
+                self.first[name] = time.perf_counter() - started
+        self.seconds = {name: [] for name in self.chosen}
+        return expected
+
+    def time(self, repeats: int) -> list[float]:
+        """``repeats`` rounds of a timed pass each, the reference first; the reference's
+        seconds (the variants' are kept), and ``nlp`` left on the reference."""
+        base_seconds: list[float] = []
+        for _ in range(repeats):
+            self.base.apply(self.nlp)
+            base_seconds.append(_timed(self.nlp, self.texts, self.batch_size)[0])
+            for name in list(self.chosen):
+                if self._switched(name):
+                    self.seconds[name].append(_timed(self.nlp, self.texts, self.batch_size)[0])
+        self.base.apply(self.nlp)
+        return base_seconds
+
+    def result(self, name: str, expected: list[Doc]) -> VariantResult:
+        """Variant ``name``'s timings, and how close its warm-up pass stayed to
+        ``expected`` (the reference's)."""
+        pairs = zip(expected, self.warm[name], strict=True)
+        cosines = np.concatenate([token_cosines(e, d) for e, d in pairs] or [np.ones(1)])
+        return VariantResult(
+            options=self.chosen[name].describe(),
+            seconds=self.seconds[name],
+            agreement=agreement(expected, self.warm[name]),
+            min_token_cosine=float(cosines.min()),
+            mean_token_cosine=float(cosines.mean()),
+            docs=self.warm[name],
+            served=self.served[name],
+            first_seconds=self.first[name],
+        )
+
+    def _switched(self, name: str) -> bool:
         """Switch ``nlp`` to ``name``'s variant; False (and back to the reference) if it
         is refused."""
         try:
-            chosen[name].apply(nlp)
-        except refusals as error:
-            failed[name] = str(error) or type(error).__name__
-            del chosen[name]
-            base.apply(nlp)
+            self.chosen[name].apply(self.nlp)
+        except self.refusals as error:
+            self.failed[name] = str(error) or type(error).__name__
+            del self.chosen[name]
+            self.base.apply(self.nlp)
             return False
         return True
-
-    base.apply(nlp)
-    _, expected = _timed(nlp, texts, batch_size)  # warm-up, and the reference annotations
-    warm: dict[str, list[Doc]] = {}
-    served: dict[str, dict[str, tuple[str, str]]] = {}
-    first: dict[str, float] = {}
-    for name in list(chosen):
-        started = time.perf_counter()
-        if switched(name):
-            served[name] = _served(nlp)
-            warm[name] = _timed(nlp, texts, batch_size)[1]  # warm-up
-            first[name] = time.perf_counter() - started
-    base_seconds: list[float] = []
-    seconds: dict[str, list[float]] = {name: [] for name in chosen}
-    for _ in range(repeats):
-        base.apply(nlp)
-        base_seconds.append(_timed(nlp, texts, batch_size)[0])
-        for name in list(chosen):
-            if switched(name):
-                seconds[name].append(_timed(nlp, texts, batch_size)[0])
-    base.apply(nlp)
-    results = {}
-    for name, variant in chosen.items():
-        pairs = zip(expected, warm[name], strict=True)
-        cosines = np.concatenate([token_cosines(e, d) for e, d in pairs] or [np.ones(1)])
-        results[name] = VariantResult(
-            options=variant.describe(),
-            seconds=seconds[name],
-            agreement=agreement(expected, warm[name]),
-            min_token_cosine=float(cosines.min()),
-            mean_token_cosine=float(cosines.mean()),
-            docs=warm[name],
-            served=served[name],
-            first_seconds=first[name],
-        )
-    return SideBySide(
-        words=words,
-        pytorch_seconds=base_seconds,
-        variants=results,
-        reference=expected,
-        failed=failed,
-    )
 
 
 def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:

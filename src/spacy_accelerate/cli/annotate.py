@@ -11,20 +11,19 @@ Ray, like spaCy and torch, is imported inside the command only: ``--help`` stays
 
 from __future__ import annotations
 
-import base64
 import importlib.util
-import json
 import logging
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from spacy_accelerate.cli.app import (
+from spacy_accelerate.cli._util import (
     CacheDir,
     Code,
     CommandError,
@@ -33,15 +32,17 @@ from spacy_accelerate.cli.app import (
     Provider,
     Quiet,
     Verbose,
-    _cache_folder,
     app,
+    cache_folder,
+    check_code,
+    hub_offline,
     one_line_errors,
     speaking,
 )
+from spacy_accelerate.cli.batch_writer import BatchWriter
 from spacy_accelerate.cli.outputs import check_file
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from ray.data import Dataset
 
 #: OUTPUT suffixes and what each writes.
@@ -70,8 +71,9 @@ def _fields(given: str) -> list[str]:
     return list(dict.fromkeys(fields))
 
 
-def _input_kind(path: Path) -> str:
-    """``json``, ``parquet`` or ``text``: how INPUT is read."""
+def _input_kind(path: Path, text_column: str) -> str:
+    """``json``, ``parquet`` or ``text``: how INPUT is read (a text file has one column,
+    ``text``)."""
     if not path.exists():
         raise CommandError(
             f"No input at {path}: give a JSONL file, a Parquet file or folder, or a text file "
@@ -79,7 +81,13 @@ def _input_kind(path: Path) -> str:
         )
     if path.is_dir() or path.suffix.lower() == ".parquet":
         return "parquet"
-    return "json" if path.suffix.lower() in JSON_SUFFIXES else "text"
+    if path.suffix.lower() in JSON_SUFFIXES:
+        return "json"
+    if text_column != "text":
+        raise CommandError(
+            f"--text-column {text_column}: a plain text INPUT has one column, 'text'."
+        )
+    return "text"
 
 
 def _check_output(output: Path, overwrite: bool) -> None:
@@ -156,112 +164,6 @@ def _read(ray: Any, path: Path, kind: str) -> Dataset:
     return ray.data.read_text(str(path))
 
 
-def _has_null_type(data_type: pa.DataType) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_null(data_type):
-        return True
-    return any(_has_null_type(data_type.field(i).type) for i in range(data_type.num_fields))
-
-
-class _Writer:
-    """OUTPUT written batch by batch into a hidden file beside it, renamed into place once
-    complete: a failed run leaves neither half a file nor a name that blocks the rerun.
-
-    Parquet needs one schema for the whole file, while a batch whose rows all lack a
-    value (every ``error`` empty, every entity list empty) has Arrow's ``null`` type
-    there: batches are held back until every column has a real type (or
-    :attr:`HOLD_ROWS` rows are held), and every batch is cast to the unified schema."""
-
-    HOLD_ROWS = 10_000
-
-    def __init__(self, output: Path) -> None:
-        self.output = output
-        self.partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
-        self.rows = 0
-        self.errors = 0
-        self._held: list[pa.Table] = []
-        self._schema: pa.Schema | None = None
-        self._parquet: Any = None
-        self._jsonl: Any = None
-
-    def __enter__(self) -> _Writer:
-        self.output.parent.mkdir(parents=True, exist_ok=True)
-        if self.output.suffix.lower() == ".jsonl":
-            self._jsonl = self.partial.open("w", encoding="utf8")
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        try:
-            if kind is None and self.rows == 0:
-                raise CommandError("The input has no rows: nothing to write.")
-            if kind is None:
-                self._flush(final=True)
-            if self._parquet is not None:
-                self._parquet.close()
-            if self._jsonl is not None:
-                self._jsonl.close()
-            if kind is None:
-                os.replace(self.partial, self.output)
-        finally:
-            self.partial.unlink(missing_ok=True)
-
-    def write(self, batch: pa.Table) -> None:
-        import pyarrow.compute as pc
-
-        self.rows += batch.num_rows
-        if "error" in batch.column_names:
-            self.errors += int(pc.sum(pc.is_valid(batch.column("error"))).as_py() or 0)
-        if self._jsonl is not None:
-            for row in batch.to_pylist():
-                self._jsonl.write(json.dumps(row, ensure_ascii=False, default=_json_value))
-                self._jsonl.write("\n")
-            return
-        self._held.append(batch)
-        self._flush(final=False)
-
-    def _flush(self, final: bool) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if not self._held:
-            return
-        if self._parquet is None:
-            schema = pa.unify_schemas(
-                [table.schema for table in self._held], promote_options="permissive"
-            )
-            held = sum(table.num_rows for table in self._held)
-            if (
-                not final
-                and held < self.HOLD_ROWS
-                and any(_has_null_type(field.type) for field in schema)
-            ):
-                return  # a later batch says what the empty columns hold
-            if "error" in schema.names and pa.types.is_null(schema.field("error").type):
-                schema = schema.set(schema.get_field_index("error"), pa.field("error", pa.string()))
-            self._schema = schema
-            self._parquet = pq.ParquetWriter(self.partial, schema)
-        schema = self._schema
-        assert schema is not None  # set with the writer
-        for table in self._held:
-            try:
-                table = table.select(schema.names).cast(schema)
-            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-                raise CommandError(
-                    f"A batch does not fit the Parquet schema of the first ones ({error}); "
-                    "write .jsonl instead."
-                ) from None
-            self._parquet.write_table(table)
-        self._held = []
-
-
-def _json_value(value: Any) -> Any:
-    """What ``json`` cannot write: bytes (``docbin``) as base64, anything else as text."""
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return str(value)
-
-
 def _ray_failure(ray: Any, error: Exception) -> CommandError:
     """A failed Ray job as one line: the cause's type and message, not the remote traceback."""
     cause = getattr(error, "cause", None)
@@ -271,54 +173,77 @@ def _ray_failure(ray: Any, error: Exception) -> CommandError:
     return CommandError(f"The Ray job failed: {lines[-1] if lines else type(error).__name__}")
 
 
+# The arguments and options only this command takes.
+InputArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="INPUT",
+        help="JSONL (.jsonl, .json), Parquet (a file or a folder of them) or plain text "
+        "(anything else: one document a line, column 'text').",
+    ),
+]
+OutputArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="OUTPUT", help="One .parquet or .jsonl file: every input row, annotated."
+    ),
+]
+Fields = Annotated[
+    str, typer.Option(help=f"Annotations to add, comma-separated: {','.join(KNOWN_FIELDS)}.")
+]
+Workers = Annotated[
+    int, typer.Option(min=1, help="Actors, each with its own copy of the pipeline.")
+]
+GpusPerWorker = Annotated[
+    float, typer.Option(min=0, help="GPUs per actor (0.5: two actors share a GPU).")
+]
+CpusPerWorker = Annotated[float, typer.Option(min=0.01, help="CPUs per actor; its threads follow.")]
+BatchSize = Annotated[int, typer.Option(min=1, help="Rows per batch an actor takes.")]
+TextColumn = Annotated[str, typer.Option(help="The input column that holds the text.")]
+Address = Annotated[
+    str | None,
+    typer.Option(
+        help="A running Ray cluster (ray start --head; 'auto' finds a local one). "
+        "Default: a local Ray with this machine's CPUs."
+    ),
+]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUTPUT if it exists.")]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What the actors run, every part checked before Ray starts."""
+
+    input_path: Path
+    kind: str
+    fields: list[str]
+    pipeline: str
+    code: Path | None
+    text_column: str
+    optimize_options: dict[str, Any]
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    batch_size: int
+
+
 @app.command()
 def annotate(
     pipeline: PipelineArg,
-    input_path: Annotated[
-        Path,
-        typer.Argument(
-            metavar="INPUT",
-            help="JSONL (.jsonl, .json), Parquet (a file or a folder of them) or plain text "
-            "(anything else: one document a line, column 'text').",
-        ),
-    ],
-    output: Annotated[
-        Path,
-        typer.Argument(
-            metavar="OUTPUT", help="One .parquet or .jsonl file: every input row, annotated."
-        ),
-    ],
-    fields: Annotated[
-        str,
-        typer.Option(help=f"Annotations to add, comma-separated: {','.join(KNOWN_FIELDS)}."),
-    ] = "entities",
+    input_path: InputArg,
+    output: OutputArg,
+    fields: Fields = "entities",
     provider: Provider = "auto",
     precision: Precision = "fp32",
-    workers: Annotated[
-        int, typer.Option(min=1, help="Actors, each with its own copy of the pipeline.")
-    ] = 1,
-    gpus_per_worker: Annotated[
-        float, typer.Option(min=0, help="GPUs per actor (0.5: two actors share a GPU).")
-    ] = 0,
-    cpus_per_worker: Annotated[
-        float, typer.Option(min=0.01, help="CPUs per actor; its threads follow.")
-    ] = 1,
-    batch_size: Annotated[int, typer.Option(min=1, help="Rows per batch an actor takes.")] = 64,
-    text_column: Annotated[str, typer.Option(help="The input column that holds the text.")] = (
-        "text"
-    ),
-    address: Annotated[
-        str | None,
-        typer.Option(
-            help="A running Ray cluster (ray start --head; 'auto' finds a local one). "
-            "Default: a local Ray with this machine's CPUs."
-        ),
-    ] = None,
+    workers: Workers = 1,
+    gpus_per_worker: GpusPerWorker = 0,
+    cpus_per_worker: CpusPerWorker = 1,
+    batch_size: BatchSize = 64,
+    text_column: TextColumn = "text",
+    address: Address = None,
     code: Code = None,
     cache_dir: CacheDir = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace OUTPUT if it exists.")
-    ] = False,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
@@ -326,53 +251,74 @@ def annotate(
     with one_line_errors(), speaking(quiet, verbose):
         started = time.perf_counter()
         _check_output(output, overwrite)
-        kind = _input_kind(input_path)
-        if kind == "text" and text_column != "text":
-            raise CommandError(
-                f"--text-column {text_column}: a plain text INPUT has one column, 'text'."
-            )
-        asked = _fields(fields)
-        name = _pipeline_name(pipeline)
-        if code is not None and not code.is_file():
-            raise CommandError(
-                f"No Python file at {code} (--code): give the file that registers the "
-                "pipeline's custom components or functions."
-            )
-        options: dict[str, Any] = {"provider": provider, "precision": precision}
-        folder = _cache_folder(cache_dir)
-        if folder is not None:
-            options["cache_dir"] = str(folder.resolve())
-        ray = _import_ray()
-        from ray.data import DataContext
-
-        from spacy_accelerate.ray import annotate as annotate_dataset
-
-        context = DataContext.get_current()
-        bars = context.enable_progress_bars
-        with _ray_running(ray, address, quiet):
-            context.enable_progress_bars = bars and not quiet
-            annotated = annotate_dataset(
-                _read(ray, input_path.resolve(), kind),
-                name,
-                text_column=text_column,
-                optimize_options=options,
-                fields=asked,
-                batch_size=batch_size,
-                concurrency=workers,
-                num_cpus=cpus_per_worker,
-                num_gpus=gpus_per_worker,
-                code=str(code.resolve()) if code is not None else None,
-            )
-            try:
-                with _Writer(output) as writer:
-                    for batch in annotated.iter_batches(batch_size=None, batch_format="pyarrow"):
-                        writer.write(batch)
-            except ray.exceptions.RayError as error:
-                raise _ray_failure(ray, error) from None
-            finally:
-                context.enable_progress_bars = bars
+        job = _Job(
+            input_path=input_path.resolve(),
+            kind=_input_kind(input_path, text_column),
+            fields=_fields(fields),
+            pipeline=_pipeline_name(pipeline),
+            code=_code(code),
+            text_column=text_column,
+            optimize_options=_optimize_options(provider, precision, cache_dir),
+            workers=workers,
+            cpus_per_worker=cpus_per_worker,
+            gpus_per_worker=gpus_per_worker,
+            batch_size=batch_size,
+        )
+        writer = _annotate_on_ray(job, output, address, quiet)
     seconds = time.perf_counter() - started
     typer.echo(
         f"{writer.rows} rows ({writer.errors} with errors) in {seconds:.1f} s, "
         f"{writer.rows / seconds:,.1f} rows/s -> {output}"
     )
+
+
+def _optimize_options(provider: str, precision: str, cache_dir: Path | None) -> dict[str, Any]:
+    """What each actor passes to ``optimize()``: the cache as an absolute path (their
+    working folder is not ours)."""
+    options: dict[str, Any] = {"provider": provider, "precision": precision}
+    folder = cache_folder(cache_dir)
+    if folder is not None:
+        options["cache_dir"] = str(folder.resolve())
+    return options
+
+
+def _code(code: Path | None) -> Path | None:
+    """``--code`` as the actors import it: checked, and absolute."""
+    check_code(code)
+    return code.resolve() if code is not None else None
+
+
+def _annotate_on_ray(job: _Job, output: Path, address: str | None, quiet: bool) -> BatchWriter:
+    """Run ``job`` on Ray (the cluster at ``address``, or a local one) and write the rows
+    it annotates into ``output``, as they arrive."""
+    hub_offline()  # before a local Ray starts: its actors, which load the pipeline, inherit it
+    ray = _import_ray()
+    from ray.data import DataContext
+
+    from spacy_accelerate.ray import annotate as annotate_dataset
+
+    context = DataContext.get_current()
+    bars = context.enable_progress_bars
+    with _ray_running(ray, address, quiet):
+        context.enable_progress_bars = bars and not quiet
+        annotated = annotate_dataset(
+            _read(ray, job.input_path, job.kind),
+            job.pipeline,
+            text_column=job.text_column,
+            optimize_options=job.optimize_options,
+            fields=job.fields,
+            batch_size=job.batch_size,
+            concurrency=job.workers,
+            num_cpus=job.cpus_per_worker,
+            num_gpus=job.gpus_per_worker,
+            code=str(job.code) if job.code is not None else None,
+        )
+        try:
+            with BatchWriter(output) as writer:
+                for batch in annotated.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    writer.write(batch)
+        except ray.exceptions.RayError as error:
+            raise _ray_failure(ray, error) from None
+        finally:
+            context.enable_progress_bars = bars
+    return writer

@@ -1,173 +1,48 @@
-"""What this machine can run, and what to install for the rest."""
+"""``spacy-accelerate doctor``: versions, providers, CPU, GPU and cache, as text or JSON.
+
+The report is gathered by :mod:`spacy_accelerate.cli.diagnosis`, imported when the
+command runs: it loads torch and the runtimes to ask them.
+"""
 
 from __future__ import annotations
 
-import importlib
-import platform
-import shutil
-import subprocess
-from dataclasses import dataclass, field
-from importlib import metadata
-from pathlib import Path
-from typing import Any
+import json
+from typing import TYPE_CHECKING
 
-from spacy_accelerate._version import __version__
-from spacy_accelerate.backends.registry import (
-    check_provider,
-    cpu_order,
-    cpu_vendor,
-    install_hint,
-    listed_providers,
-)
-from spacy_accelerate.cache.root import default_cache_dir
-from spacy_accelerate.cpu_features import cpu_features
-from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
-from spacy_accelerate.options.config import Precision, Provider
-from spacy_accelerate.options.request import build_config
-from spacy_accelerate.provision.listing import cache_size, list_cached
+import typer
 
-#: Packages whose versions matter for a report.
-PACKAGES = (
-    "spacy",
-    "spacy_curated_transformers",
-    "spacy_transformers",
-    "thinc",
-    "torch",
-    "transformers",
-    "onnx",
-    "onnxruntime",
-    "openvino",
-    "nncf",
-)
+from spacy_accelerate.cli._util import CacheDir, Json, app, cache_folder, one_line_errors
+
+if TYPE_CHECKING:
+    from spacy_accelerate.cli.diagnosis import Diagnosis
 
 
-@dataclass(frozen=True)
-class ProviderStatus:
-    provider: Provider
-    available: bool
-    detail: str
+@app.command()
+def doctor(cache_dir: CacheDir = None, as_json: Json = False) -> None:
+    """Versions, providers (and what to install for a missing one), GPU, cache."""
+    from spacy_accelerate.cli.diagnosis import diagnose
+
+    with one_line_errors():
+        found = diagnose(cache_folder(cache_dir))
+    if as_json:
+        typer.echo(json.dumps(found.as_dict(), indent=2))
+    else:
+        _echo(found)
 
 
-@dataclass(frozen=True)
-class Diagnosis:
-    versions: dict[str, str | None]
-    providers: list[ProviderStatus]
-    gpu: str
-    cache_dir: Path
-    cache_entries: int
-    cache_bytes: int
-    onnxruntime_providers: list[str] = field(default_factory=list)
-    cpu: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as ``doctor --json`` prints it (plain JSON types only)."""
-        return {
-            "versions": dict(self.versions),
-            "providers": [
-                {"provider": s.provider.value, "available": s.available, "detail": s.detail}
-                for s in self.providers
-            ],
-            "onnxruntime_providers": list(self.onnxruntime_providers),
-            "cpu": self.cpu,
-            "gpu": self.gpu,
-            "cache": {
-                "dir": str(self.cache_dir),
-                "entries": self.cache_entries,
-                "bytes": self.cache_bytes,
-            },
-        }
-
-
-def _version(module: str) -> str | None:
-    """The module's own version (onnxruntime ships under several distribution names),
-    else its distribution's; None when it is not installed."""
-    try:
-        return str(importlib.import_module(module).__version__)
-    except AttributeError:
-        try:
-            return metadata.version(module.replace("_", "-"))
-        except metadata.PackageNotFoundError:
-            return "installed (version unknown)"
-    except Exception:  # an optional package may be missing or broken
-        return None
-
-
-def _gpu() -> str:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            name = torch.cuda.get_device_name(0)
-            return f"{name} (CUDA {torch.version.cuda}, driver {_driver() or 'unknown'})"
-    except Exception:  # a broken CUDA install must not break the report
-        pass
-    driver = _driver()
-    return f"no CUDA device visible to torch (driver {driver})" if driver else "none"
-
-
-def _driver() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
-
-
-def _cpu() -> str:
-    """The CPU as the library's detection sees it (what int8 and bf16 run on), what
-    OpenVINO can run on it, and where ``auto`` sends int8."""
-    try:
-        capabilities = ", ".join(sorted(cpu_features().openvino)) or "OpenVINO not installed"
-        described = cpu_features().describe()
-    except Exception:  # OpenVINO broken: the report must still come
-        capabilities, described = "OpenVINO unusable", cpu_vendor() or "unknown vendor"
-    auto_int8 = cpu_order(Precision.INT8, cpu_vendor())[0].value
-    return f"{described} ({capabilities}); auto serves int8 with {auto_int8} first"
-
-
-def _provider_status(provider: Provider) -> ProviderStatus:
-    try:
-        check_provider(build_config(provider, Precision.FP32))
-    except ProviderUnavailableError as error:
-        if provider in listed_providers():  # installed, but it cannot run here
-            return ProviderStatus(provider, False, f"unusable: {error}")
-        return ProviderStatus(provider, False, f"missing: {install_hint(provider)}")
-    except InvalidOptionError:
-        return ProviderStatus(provider, True, "installed; not served by this release yet")
-    return ProviderStatus(provider, True, "available")
-
-
-def diagnose(cache_dir: Path | None = None) -> Diagnosis:
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    versions: dict[str, str | None] = {
-        "python": platform.python_version(),
-        "spacy-accelerate": __version__,
-    }
-    versions.update({name.replace("_", "-"): _version(name) for name in PACKAGES})
-    providers = [_provider_status(p) for p in Provider if p is not Provider.AUTO]
-    return Diagnosis(
-        versions=versions,
-        providers=providers,
-        gpu=_gpu(),
-        cpu=_cpu(),
-        cache_dir=folder,
-        cache_entries=len(list_cached(folder)),
-        cache_bytes=cache_size(folder),
-        onnxruntime_providers=_onnxruntime_providers(),
+def _echo(found: Diagnosis) -> None:
+    typer.echo("versions:")
+    for name, version in found.versions.items():
+        typer.echo(f"  {name:28s} {version or 'not installed'}")
+    typer.echo("providers:")
+    for status in found.providers:
+        mark = "yes" if status.available else "no "
+        typer.echo(f"  {status.provider.value:9s} {mark}  {status.detail}")
+    runtimes = ", ".join(found.onnxruntime_providers) or "onnxruntime not installed"
+    typer.echo(f"  (ONNX Runtime execution providers: {runtimes})")
+    typer.echo(f"cpu: {found.cpu}")
+    typer.echo(f"gpu: {found.gpu}")
+    typer.echo(
+        f"cache: {found.cache_dir} ({found.cache_entries} models, "
+        f"{found.cache_bytes / 2**20:.1f} MiB)"
     )
-
-
-def _onnxruntime_providers() -> list[str]:
-    try:
-        import onnxruntime
-    except ImportError:
-        return []
-    return list(onnxruntime.get_available_providers())
