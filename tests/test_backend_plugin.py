@@ -12,9 +12,11 @@ import pytest
 import spacy
 from annotations import max_abs_diff, run
 from fake_backend import FAKE, FakeBackend, registered
+from typer.testing import CliRunner
 
 import spacy_accelerate
 from spacy_accelerate.backends import registry
+from spacy_accelerate.cli import app
 from spacy_accelerate.errors import InvalidOptionError
 from spacy_accelerate.options.request import build_config
 
@@ -52,3 +54,19 @@ def test_optimize_serves_it_with_pytorchs_results(
     assert max_abs_diff(reference, served) < 1e-4
     listed = [json.dumps(entry, default=str) for entry in spacy_accelerate.list_cached(cache_dir)]
     assert any(FAKE.value in entry for entry in listed)
+
+
+def test_doctor_lists_it_and_its_runtime(fake, cache_dir: Path):
+    result = CliRunner().invoke(app, ["doctor", "--json", "--cache-dir", str(cache_dir)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    listed = {status["provider"]: status for status in report["providers"]}
+    assert listed[FAKE.value]["available"] is True
+    assert any(line.startswith("FakeBackend: 0.1") for line in report["runtimes"])
+
+
+def test_the_command_line_serves_it(fake, bert_path: Path, cache_dir: Path):
+    args = ["optimize", str(bert_path), "--provider", FAKE.value, "--cache-dir", str(cache_dir)]
+    result = CliRunner().invoke(app, [*args, "--no-overlap"])
+    assert result.exit_code == 0, result.output
+    assert f"transformer: served by {FAKE.value} fp32" in result.output

@@ -164,9 +164,10 @@ class Backend(ABC):
     def check(self, config: OptimizeConfig) -> None:  # noqa: B027 - most need no check
         """Refuse, before any export, a request this machine cannot serve."""
 
-    def runtime_providers(self, provider: Provider) -> tuple[str, ...]:
-        """The runtime's own names of what serves ``provider`` (for ``doctor``)."""
-        return ()
+    def describe(self) -> str:
+        """One line for ``doctor``: the runtime, its release, and what it says it can run
+        here (its execution providers, its CPU plugin's capabilities)."""
+        return f"{type(self).__name__}: {self.runtime_version() or 'not installed'}"
 
     @abstractmethod
     def model_file(self, config: OptimizeConfig) -> str:

@@ -27,6 +27,7 @@ import typer
 
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cli.terms import cli_terms
+from spacy_accelerate.options.providers import PROVIDERS
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -70,7 +71,7 @@ CacheDir = Annotated[
     Path | None,
     typer.Option("--cache-dir", help="Model cache (default: $SPACY_ACCELERATE_CACHE or ~/.cache)."),
 ]
-Provider = Annotated[str, typer.Option(help="auto, cpu, cuda, tensorrt or openvino.")]
+Provider = Annotated[str, typer.Option(help=f"{PROVIDERS.choices()}.")]
 Precision = Annotated[
     str,
     typer.Option(help="fp32, fp16, bf16, int8, or auto (the fastest plan that passes the gate)."),

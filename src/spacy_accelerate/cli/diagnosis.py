@@ -15,6 +15,7 @@ from typing import Any
 from spacy_accelerate._version import __version__
 from spacy_accelerate.backends.registry import (
     auto_order,
+    backends,
     check_provider,
     install_hint,
     listed_providers,
@@ -27,7 +28,7 @@ from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.provision.listing import cache_size, list_cached
 
-#: Packages whose versions matter for a report.
+#: Packages whose versions matter for a report (each backend reports its runtime's).
 PACKAGES = (
     "spacy",
     "spacy_curated_transformers",
@@ -36,8 +37,6 @@ PACKAGES = (
     "torch",
     "transformers",
     "onnx",
-    "onnxruntime",
-    "openvino",
     "nncf",
 )
 
@@ -57,7 +56,8 @@ class Diagnosis:
     cache_dir: Path
     cache_entries: int
     cache_bytes: int
-    onnxruntime_providers: list[str] = field(default_factory=list)
+    #: Each backend's line: its runtime, release and what it says it can run here.
+    runtimes: list[str] = field(default_factory=list)
     cpu: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class Diagnosis:
                 {"provider": s.provider.value, "available": s.available, "detail": s.detail}
                 for s in self.providers
             ],
-            "onnxruntime_providers": list(self.onnxruntime_providers),
+            "runtimes": list(self.runtimes),
             "cpu": self.cpu,
             "gpu": self.gpu,
             "cache": {
@@ -123,31 +123,14 @@ def _driver() -> str | None:
 
 
 def _cpu() -> str:
-    """The CPU as the library's detection sees it (what int8 and bf16 run on), what
-    OpenVINO can run on it, and where ``auto`` sends int8 on a CPU."""
+    """The CPU as the library's detection sees it (what int8 and bf16 run on), and where
+    ``auto`` sends int8 on a CPU."""
     auto_int8 = next(
         provider.value
         for provider in auto_order(Precision.INT8)
         if not PROVIDERS.on_gpu(provider) and PROVIDERS.serves(provider, Precision.INT8)
     )
-    return (
-        f"{cpu_features().describe()} ({_openvino_capabilities()}); "
-        f"auto serves int8 with {auto_int8} first"
-    )
-
-
-def _openvino_capabilities() -> str:
-    """What OpenVINO's CPU plugin says it can run here (``FP32``, ``BF16``, ``INT8``...),
-    asked of OpenVINO itself, as ONNX Runtime is asked for its execution providers."""
-    try:
-        import openvino
-    except ImportError:
-        return "OpenVINO not installed"
-    try:
-        found = openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception:  # OpenVINO broken: the report must still come
-        return "OpenVINO unusable"
-    return ", ".join(sorted(str(item) for item in found))
+    return f"{cpu_features().describe()}; auto serves int8 with {auto_int8} first"
 
 
 def _provider_status(provider: Provider) -> ProviderStatus:
@@ -178,13 +161,5 @@ def diagnose(cache_dir: Path | None = None) -> Diagnosis:
         cache_dir=folder,
         cache_entries=len(list_cached(folder)),
         cache_bytes=cache_size(folder),
-        onnxruntime_providers=_onnxruntime_providers(),
+        runtimes=[backend.describe() for backend in backends()],
     )
-
-
-def _onnxruntime_providers() -> list[str]:
-    try:
-        import onnxruntime
-    except ImportError:
-        return []
-    return list(onnxruntime.get_available_providers())

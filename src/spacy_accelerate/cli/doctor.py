@@ -38,8 +38,9 @@ def _echo(found: Diagnosis) -> None:
     for status in found.providers:
         mark = "yes" if status.available else "no "
         typer.echo(f"  {status.provider.value:9s} {mark}  {status.detail}")
-    runtimes = ", ".join(found.onnxruntime_providers) or "onnxruntime not installed"
-    typer.echo(f"  (ONNX Runtime execution providers: {runtimes})")
+    typer.echo("runtimes:")
+    for runtime in found.runtimes:
+        typer.echo(f"  {runtime}")
     typer.echo(f"cpu: {found.cpu}")
     typer.echo(f"gpu: {found.gpu}")
     typer.echo(

@@ -101,8 +101,13 @@ class OnnxRuntimeBackend(Backend):
     def runtime_name(self, provider: Provider) -> str:
         return f"ONNX Runtime's {ORT_PROVIDER_NAMES[provider]}"
 
-    def runtime_providers(self, provider: Provider) -> tuple[str, ...]:
-        return (ORT_PROVIDER_NAMES[provider],)
+    def describe(self) -> str:
+        try:
+            ort = import_onnxruntime()
+        except ProviderUnavailableError:
+            return "ONNX Runtime: not installed"
+        listed = ", ".join(ort.get_available_providers())
+        return f"ONNX Runtime {ort.__version__}: execution providers {listed}"
 
     def present(self) -> set[Provider]:
         try:

@@ -29,6 +29,7 @@ from spacy_accelerate.backends.openvino.session import (
     OpenVINOSession,
     check_precision,
     convert_to_ir,
+    cpu_capabilities,
     cpu_slug,
     import_openvino,
     openvino_key,
@@ -84,6 +85,16 @@ class OpenVINOBackend(Backend):
 
     def present(self) -> set[Provider]:
         return {Provider.OPENVINO} if importlib.util.find_spec("openvino") is not None else set()
+
+    def describe(self) -> str:
+        version = self.runtime_version()
+        if version is None:
+            return "OpenVINO: not installed"
+        try:
+            capabilities = ", ".join(sorted(cpu_capabilities()))
+        except Exception:  # OpenVINO broken: doctor's report must still come
+            capabilities = "unusable here"
+        return f"OpenVINO {version}: CPU plugin runs {capabilities}"
 
     def runtime_version(self) -> str | None:
         try:
