@@ -18,7 +18,7 @@ from spacy.tokens import Doc
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
-from spacy_accelerate.errors import AgreementError, PrecisionUnavailableError
+from spacy_accelerate.errors import Advice, AgreementError, PrecisionUnavailableError, spelled
 from spacy_accelerate.options.agreement import DEFAULT_BOUNDS, Annotation, parse_min_agreement
 from spacy_accelerate.options.config import texts_digest
 from spacy_accelerate.options.request import OptimizeRequest, build_config
@@ -70,8 +70,8 @@ def test_the_wilson_rule_refuses_a_plan_that_passes_on_point_estimate_only():
     bounds = parse_min_agreement(None)
     small = AgreementReport(((Annotation.TAG, Rate(996, 1000)),))
     assert small.rate(Annotation.TAG).rate >= bounds.bound(Annotation.TAG)  # 99.6% >= 99.5%
-    finding = small.refusal(bounds)
-    assert finding is not None and finding.startswith("tag agree with PyTorch's on 99.60%")
+    finding = spelled(small.refusal(bounds) or ())
+    assert finding.startswith("tag agree with PyTorch's on 99.60%")
     assert "95% lower bound 98.98% < min_agreement 99.50%" in finding
     # The same rate on a hundred times the tokens clears the bound.
     assert AgreementReport(((Annotation.TAG, Rate(99600, 100000)),)).refusal(bounds) is None
@@ -84,8 +84,8 @@ def test_bf16_is_held_to_pytorch_autocast_within_the_margin():
     far = AgreementReport(((Annotation.DEP, Rate(9980, 10000)),))
     assert AUTOCAST_MARGIN == 0.0005
     assert close.refusal(bounds, autocast) is None
-    finding = far.refusal(bounds, autocast)
-    assert finding is not None and "below PyTorch's own bf16 autocast (99.90%)" in finding
+    finding = spelled(far.refusal(bounds, autocast) or ())
+    assert "below PyTorch's own bf16 autocast (99.90%)" in finding
 
 
 @pytest.fixture()
@@ -125,7 +125,9 @@ def test_a_perturbed_parser_is_refused_by_the_dependency_bound_alone(bert: Langu
     assert refused.value.finding.startswith("dep agree with PyTorch's on ")
     bound = DEFAULT_BOUNDS[Annotation.DEP]
     assert f"min_agreement {bound:.2%}" in refused.value.finding
-    assert "min_agreement={...: bound}" in str(refused.value)  # says what to change
+    # Says what to change, naming the annotation's bound as data (spelled per interface).
+    assert "lower the bound of that annotation (min_agreement['dep'])" in str(refused.value)
+    assert Advice("min_agreement", item="dep") in refused.value.parts
     # Only the dependencies changed: every other annotation agrees on every token.
     report = compare(calibrated.docs, list(bert.pipe(calibrated.texts)))
     assert report.rate(Annotation.DEP).rate < 0.99
@@ -337,7 +339,7 @@ def test_min_agreement_one_allows_no_change_at_all():
     perfect = AgreementReport(((Annotation.ENT, Rate(500, 500)),))
     assert perfect.refusal(bounds) is None  # its Wilson bound is below 1, and still it passes
     one = AgreementReport(((Annotation.ENT, Rate(499, 500)),))
-    assert "1 changed; min_agreement 100% allows none" in (one.refusal(bounds) or "")
+    assert "1 changed; min_agreement 100% allows none" in spelled(one.refusal(bounds) or ())
 
 
 def test_text_categories_are_judged_per_document_and_label():
@@ -360,8 +362,8 @@ def test_text_categories_are_judged_per_document_and_label():
 
 def test_too_few_units_are_refused_with_how_many_it_takes():
     report = AgreementReport(((Annotation.CATS, Rate(208, 208)),))
-    finding = report.refusal(parse_min_agreement(None))
-    assert finding is not None and "208 calibration document-label decisions cannot show" in finding
+    finding = spelled(report.refusal(parse_min_agreement(None)) or ())
+    assert "208 calibration document-label decisions cannot show" in finding
     assert "it takes at least 381" in finding
 
 

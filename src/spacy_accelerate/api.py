@@ -22,7 +22,7 @@ from spacy_accelerate.backends.registry import (
 )
 from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
-from spacy_accelerate.errors import CacheMissError
+from spacy_accelerate.errors import Advice, CacheMissError, spelled
 from spacy_accelerate.options.config import (
     DEFAULT_OVERLAP,
     MissingCache,
@@ -392,11 +392,12 @@ def _served_from_bundle(
 
 
 def _log_unservable(folder: Path, why: Unservable, missing_cache: MissingCache) -> None:
-    instead = (
-        "it runs on PyTorch unless its model is in the cache here (missing_cache='pytorch')"
+    where = (
+        "it runs on PyTorch unless its model is in the cache here"
         if missing_cache is MissingCache.PYTORCH
-        else "it is accelerated from its own weights instead (missing_cache='rebuild')"
+        else "it is accelerated from its own weights instead"
     )
+    instead = spelled([where, " (", Advice("missing_cache", missing_cache.value), ")"])
     logger.warning(
         "spacy-accelerate: the accelerated models saved with this pipeline (%s) cannot "
         "be served here: %s; %s.",

@@ -1,17 +1,119 @@
-"""The exceptions spacy-accelerate raises.
+"""The exceptions spacy-accelerate raises, and the advice in their messages.
 
 Every error derives from :class:`SpacyAccelerateError`, so callers can catch
 the library's failures in one place, and each message ends with what to do
 next. Where a built-in exception type describes the failure just as well
 (``ValueError`` for a bad option, ``TypeError`` for an unsupported module)
 the error derives from it too, so existing ``except`` clauses keep working.
+
+A message is made of parts: text, and :class:`Advice`, an option of ``optimize()`` the
+message names or advises, kept as data. Each interface spells the advice in its own
+terms (:class:`Terms`): ``str(error)`` in Python's (``precision='bf16'``), the command
+line in its flags (``--precision bf16``), from the same parts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: An :class:`Advice` that names an option without a value.
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class Advice:
+    """An option of ``optimize()`` a message names (``value`` UNSET), advises a value of
+    (``Advice("precision", "bf16")``; ``...``: a value the user supplies), or one item of
+    (``item``: ``min_agreement['dep']``), by its keyword name."""
+
+    option: str
+    value: Any = UNSET
+    item: str | None = None
+
+
+class Terms(Protocol):
+    """How one interface spells the options a message advises."""
+
+    def spell(self, advice: Advice) -> str: ...
+
+
+class PythonTerms:
+    """``optimize()``'s keyword arguments: ``precision='bf16'``, ``fallback=True``,
+    ``calibration_texts=...``, ``min_agreement['dep']``; a named option is its name."""
+
+    def spell(self, advice: Advice) -> str:
+        if advice.item is not None:
+            return f"{advice.option}[{advice.item!r}]"
+        if advice.value is UNSET:
+            return advice.option
+        if advice.value is Ellipsis:
+            return f"{advice.option}=..."
+        return f"{advice.option}={advice.value!r}"
+
+
+PYTHON = PythonTerms()
+
+#: What a message is made of; an error among the parts is spelled in the same terms.
+Part: TypeAlias = "str | Advice | SpacyAccelerateError | Said"
+Said: TypeAlias = tuple[Part, ...]
+
+
+def spelled(parts: Iterable[Part], terms: Terms = PYTHON) -> str:
+    """``parts`` as one message in ``terms``."""
+    out = []
+    for part in parts:
+        if isinstance(part, Advice):
+            out.append(terms.spell(part))
+        elif isinstance(part, SpacyAccelerateError):
+            out.append(part.spelled(terms))
+        elif isinstance(part, tuple):
+            out.append(spelled(part, terms))
+        else:
+            out.append(str(part))
+    return "".join(out)
+
+
+def joined(items: Iterable[Said], separator: str = " ") -> Said:
+    """Several messages as one, ``separator`` between them."""
+    out: list[Part] = []
+    for index, item in enumerate(items):
+        out.extend([separator, *item] if index else item)
+    return tuple(out)
+
 
 class SpacyAccelerateError(Exception):
-    """Base class of every error raised by spacy-accelerate."""
+    """Base class of every error raised by spacy-accelerate: its message's ``parts``,
+    spelled in Python's terms by ``str()`` and in another interface's by :meth:`spelled`."""
+
+    def __init__(self, *parts: Part) -> None:
+        self.parts: Said = parts
+        super().__init__(spelled(parts))
+
+    def spelled(self, terms: Terms) -> str:
+        """The message in ``terms`` (the command line's flags, say)."""
+        return spelled(self.parts, terms)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent between processes (n_process, Ray) with its parts and attributes, whatever
+        # its own __init__ takes.
+        return (_rebuilt, (type(self), self.parts, self.__dict__))
+
+
+def _rebuilt(
+    kind: type[SpacyAccelerateError], parts: Said, state: dict[str, Any]
+) -> SpacyAccelerateError:
+    error = kind.__new__(kind)
+    Exception.__init__(error, spelled(parts))
+    error.__dict__.update(state)
+    return error
 
 
 class NoTransformerError(SpacyAccelerateError, ValueError):
@@ -44,8 +146,9 @@ class CacheMissError(CacheError):
 
     def __init__(self, key: str) -> None:
         super().__init__(
-            f"No cached model {key[:12]} here, and this pipeline was saved with "
-            "missing_cache='pytorch', so it is not exported at load time."
+            f"No cached model {key[:12]} here, and this pipeline was saved with ",
+            Advice("missing_cache", "pytorch"),
+            ", so it is not exported at load time.",
         )
         self.key = key
 
@@ -62,8 +165,8 @@ class AgreementError(AccuracyError):
     """The reduced-precision pipeline annotated the calibration documents differently from
     PyTorch more often than allowed."""
 
-    def __init__(self, message: str, *, finding: str) -> None:
-        super().__init__(message)
+    def __init__(self, *parts: Part, finding: str) -> None:
+        super().__init__(*parts)
         #: What was measured, in one clause (used when several plans are reported).
         self.finding = finding
 
@@ -92,8 +195,8 @@ class OutpacedError(NoFasterPlanError):
     that left its ladders for later, with an all-int8 plan that could still win, takes up
     again (a :class:`~spacy_accelerate.verify.speed.Resumed`)."""
 
-    def __init__(self, message: str, *, resume: object = None) -> None:
-        super().__init__(message)
+    def __init__(self, *parts: Part, resume: object = None) -> None:
+        super().__init__(*parts)
         self.resume = resume
 
     @property

@@ -33,7 +33,7 @@ from spacy_accelerate.backends.base import Backend
 from spacy_accelerate.cache.derived import register as register_derived
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import cpu_features
-from spacy_accelerate.errors import ProviderUnavailableError
+from spacy_accelerate.errors import Advice, ProviderUnavailableError, spelled
 from spacy_accelerate.options.config import (
     OptimizeConfig,
     Precision,
@@ -160,22 +160,27 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
             last_resort = PROVIDERS.last_resort()
             check_supported(last_resort, config.precision)
             raise ProviderUnavailableError(
-                "No usable provider was found for provider='auto'. Install one with: "
-                f"{install_hint(last_resort)}"
+                "No usable provider was found for ",
+                Advice("provider", "auto"),
+                f". Install one with: {install_hint(last_resort)}",
             )
         provider = candidates[0]
     backend = backend_for(provider)
     on_gpu = PROVIDERS.on_gpu(provider)
     if on_gpu and provider in listed_providers() and provider not in installed:
         raise ProviderUnavailableError(
-            f"provider={provider.value!r} runs on torch CUDA tensors, but {torch_cuda_problem()}. "
-            "Install a CUDA build of torch (https://pytorch.org/get-started/locally/) on a machine "
-            "with an NVIDIA GPU, or pass fallback=True to optimize()."
+            Advice("provider", provider.value),
+            f" runs on torch CUDA tensors, but {torch_cuda_problem()}. Install a CUDA build of "
+            "torch (https://pytorch.org/get-started/locally/) on a machine with an NVIDIA GPU, "
+            "or pass ",
+            Advice("fallback", True),
+            ".",
         )
     if provider not in installed:
         raise ProviderUnavailableError(
-            f"provider={provider.value!r} needs {backend.runtime_name(provider)}, which is not "
-            f"available here. Install it with: {install_hint(provider)}"
+            Advice("provider", provider.value),
+            f" needs {backend.runtime_name(provider)}, which is not available here. Install it "
+            f"with: {install_hint(provider)}",
         )
     check_supported(provider, config.precision)
     backend.check(config)
@@ -264,11 +269,15 @@ def serve_first(chain: Sequence[OptimizeConfig], serve: Callable[[OptimizeConfig
                 raise
             following = chain[index + 1]
             logger.warning(
-                "spacy-accelerate: provider=%r could not be used (%s); falling back to "
-                "provider=%r, precision=%r",
-                attempt.provider.value,
+                "spacy-accelerate: %s could not be used (%s); falling back to %s",
+                spelled([Advice("provider", attempt.provider.value)]),
                 error,
-                following.provider.value,
-                following.precision.value,
+                spelled(
+                    [
+                        Advice("provider", following.provider.value),
+                        ", ",
+                        Advice("precision", following.precision.value),
+                    ]
+                ),
             )
     raise ValueError("serve_first() needs at least one request")

@@ -26,7 +26,7 @@ from pathlib import Path
 import filelock
 
 from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
-from spacy_accelerate.errors import CacheError
+from spacy_accelerate.errors import Advice, CacheError, spelled
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -74,8 +74,9 @@ def read_holder(lock_path: Path) -> LockHolder | None:
 def _unwritable(root: Path, err: OSError) -> CacheError:
     reason = err.strerror or str(err)
     return CacheError(
-        f"cannot create or write the model cache folder {root} ({reason}); set cache_dir= or "
-        "the SPACY_ACCELERATE_CACHE environment variable to a writable folder"
+        f"cannot create or write the model cache folder {root} ({reason}); set ",
+        Advice("cache_dir", ...),
+        " or the SPACY_ACCELERATE_CACHE environment variable to a writable folder",
     )
 
 
@@ -105,12 +106,13 @@ class KeyLock:
             holder = read_holder(self.path)
             logger.info(
                 "spacy-accelerate: waiting %.0f s so far for the cache lock %s, held by %s "
-                "(another process is building or removing this model; giving up after "
-                "lock_timeout=%g s)",
+                "(another process is building or removing this model; giving up after %g s, "
+                "%s)",
                 time.monotonic() - start,
                 self.path,
                 holder.describe() if holder else "a process that did not record itself",
                 self._timeout,
+                spelled([Advice("lock_timeout")]),
             )
             step = REMIND_EVERY
 
@@ -123,7 +125,9 @@ class KeyLock:
             raise CacheError(
                 f"timed out after {self._timeout:g} s waiting for the cache lock {self.path}, "
                 f"held by {holder.describe() if holder else 'another process'}, which is still "
-                "building or removing this model. Wait for it, or pass a larger lock_timeout."
+                "building or removing this model. Wait for it, or pass a larger ",
+                Advice("lock_timeout"),
+                ".",
             ) from None
         except OSError as err:
             raise _unwritable(self._root, err) from err

@@ -15,7 +15,7 @@ from pathlib import Path
 import platformdirs
 
 from spacy_accelerate.cache.lock import KeyLock
-from spacy_accelerate.errors import CacheError
+from spacy_accelerate.errors import Advice, CacheError
 
 CACHE_ENV_VAR = "SPACY_ACCELERATE_CACHE"
 
@@ -63,6 +63,7 @@ def unwritable(path: Path, err: OSError) -> CacheError:
     """The error for a cache folder this process cannot create or write."""
     reason = err.strerror or str(err)
     return CacheError(
-        f"cannot create or write the model cache folder {path} ({reason}); set cache_dir= or "
-        f"the {CACHE_ENV_VAR} environment variable to a writable folder"
+        f"cannot create or write the model cache folder {path} ({reason}); set ",
+        Advice("cache_dir", ...),
+        f" or the {CACHE_ENV_VAR} environment variable to a writable folder",
     )

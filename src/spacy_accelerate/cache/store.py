@@ -71,7 +71,7 @@ from spacy_accelerate.cache.root import (
     validate_key,
 )
 from spacy_accelerate.cache.staging import Staging
-from spacy_accelerate.errors import CacheError
+from spacy_accelerate.errors import Advice, CacheError
 from spacy_accelerate.options.config import DEFAULT_LOCK_TIMEOUT
 
 __all__ = [
@@ -340,8 +340,9 @@ class ModelCache:
         if os.path.lexists(target) and not (replacing and is_own_entry(target, key)):
             raise CacheError(
                 f"cannot store the model at {target}: something there was not made by "
-                "spacy-accelerate. Move it away, or set cache_dir= (or the "
-                f"{CACHE_ENV_VAR} environment variable) to another folder."
+                "spacy-accelerate. Move it away, or set ",
+                Advice("cache_dir", ...),
+                f" (or the {CACHE_ENV_VAR} environment variable) to another folder.",
             )
         tmp = self._staging.make(key)
         try:

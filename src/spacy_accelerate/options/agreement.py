@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import Advice, InvalidOptionError
 
 
 class Annotation(str, Enum):
@@ -103,20 +103,25 @@ def parse_min_agreement(value: float | Mapping[str, float] | None) -> AgreementB
                 annotation = Annotation(str(name).strip().lower())
             except ValueError:
                 raise InvalidOptionError(
-                    f"min_agreement has no annotation {name!r}; name one of {names}."
+                    Advice("min_agreement"),
+                    f" has no annotation {name!r}; name one of {names}.",
                 ) from None
             if not _is_bound(bound):
                 raise InvalidOptionError(
-                    f"min_agreement[{name!r}] must be a number in (0, 1], got {bound!r}."
+                    Advice("min_agreement", item=str(name)),
+                    f" must be a number in (0, 1], got {bound!r}.",
                 )
             if annotation in dict(overrides):
-                raise InvalidOptionError(f"min_agreement names {annotation.value!r} twice.")
+                raise InvalidOptionError(
+                    Advice("min_agreement"), f" names {annotation.value!r} twice."
+                )
             overrides.append((annotation, float(bound)))
         return AgreementBounds(overrides=tuple(sorted(overrides, key=lambda o: o[0].value)))
     defaults = ", ".join(f"{a.value} {b:.1%}" for a, b in DEFAULT_BOUNDS.items())
     raise InvalidOptionError(
-        f"min_agreement must be a number in (0, 1] or a mapping of annotation names to such "
+        Advice("min_agreement"),
+        " must be a number in (0, 1] or a mapping of annotation names to such "
         f"numbers (names: {names}), got {value!r}. The share of calibration units whose "
         f"annotation must stay as PyTorch fp32's for a lossy plan to be served; defaults: "
-        f"{defaults}."
+        f"{defaults}.",
     )

@@ -16,8 +16,9 @@ A request may be served by several plans: ``provider="auto"`` by any provider,
 ``precision="auto"`` by every precision of its provider(s), and ``fallback=True`` by the
 providers after it (at fp32 where one does not serve the precision asked for). An option
 applies where *any* of them reads it (:func:`served_pairs`). Where the user gave an
-option no plan reads, :func:`inapplicable` says so in ``optimize()``'s keyword terms
-(``name=``), naming the provider and precision asked for and those that would read it.
+option no plan reads, :func:`inapplicable` says so, naming the option (an
+:class:`~spacy_accelerate.errors.Advice`, spelled in each interface's terms), the provider
+and precision asked for and those that would read it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from spacy_accelerate.errors import Advice, Said
 from spacy_accelerate.options.precision import LOSSY, Precision
 from spacy_accelerate.options.providers import PROVIDERS, Provider
 
@@ -66,16 +68,17 @@ def _quoted(values: Iterable[str]) -> str:
 class Rule:
     """Which plans read an option, and what to say where none does."""
 
-    #: The keyword as ``optimize()`` spells it (``calibration_texts=``, ``fallback=True``).
-    option: str
+    #: The option as messages name it (``Advice("calibration_texts")``,
+    #: ``Advice("fallback", True)``).
+    option: Advice
     reads: Callable[[Provider, Precision], bool]
     #: Where it applies and why, after "applies to" (read from the provider table when
     #: said, so that a registered provider is named too).
-    where: Callable[[], str]
+    where: Callable[[], Said]
     #: What a request that does not read it does instead (or why it has no use for it).
-    instead: Callable[[Provider, Precision], str]
+    instead: Callable[[Provider, Precision], Said]
     #: What to ask for instead of dropping it (None: nothing, only drop it).
-    alternative: Callable[[Provider, Precision], str | None]
+    alternative: Callable[[Provider, Precision], Said | None]
 
 
 def _lossy(_provider: Provider, precision: Precision) -> bool:
@@ -98,121 +101,137 @@ def _providers_where(reads: Callable[[Provider, Precision], bool]) -> list[str]:
     return [row.provider.value for row in PROVIDERS if reads(row.provider, Precision.FP32)]
 
 
-def _gpu_where(why: str) -> Callable[[], str]:
-    return lambda: f"provider {_quoted([*_providers_where(_on_gpu), 'auto'])} ({why})"
+def _one_of(option: str, values: list[str]) -> Said:
+    """``option`` set to one of ``values``: ``precision='int8', 'bf16' or 'auto'``."""
+    return (Advice(option, values[0]), _quoted(values)[len(repr(values[0])) :])
 
 
-def _ask_gpu(_provider: Provider, _precision: Precision) -> str:
-    return f"provider={_quoted(_providers_where(_on_gpu))}"
+def _gpu_where(why: str) -> Callable[[], Said]:
+    return lambda: (Advice("provider"), f" {_quoted([*_providers_where(_on_gpu), 'auto'])} ({why})")
 
 
-def _fallback_where() -> str:
+def _ask_gpu(_provider: Provider, _precision: Precision) -> Said:
+    return _one_of("provider", _providers_where(_on_gpu))
+
+
+def _fallback_where() -> Said:
     names = _quoted([*_providers_where(_falls_back), "auto"])
-    return f"provider {names} (they fall back towards {PROVIDERS.last_resort().value!r})"
+    last = PROVIDERS.last_resort().value
+    return (Advice("provider"), f" {names} (they fall back towards {last!r})")
 
 
-def _ask_lossy(provider: Provider, _precision: Precision) -> str:
+def _ask_lossy(provider: Provider, _precision: Precision) -> Said:
     if provider is Provider.AUTO:
-        return "precision='auto' (or a lossy precision)"
+        return (Advice("precision", "auto"), " (or a lossy precision)")
     lossy = [q.value for q in PROVIDERS.precisions_of(provider) if q in LOSSY] + ["auto"]
-    return f"precision={_quoted(lossy)}"
+    return _one_of("precision", lossy)
 
 
-def _lossy_is_checked_instead(_provider: Provider, precision: Precision) -> str:
-    return "is checked to tolerance= instead (its parity with PyTorch)"
+def _lossy_is_checked_instead(_provider: Provider, precision: Precision) -> Said:
+    return ("is checked to ", Advice("tolerance"), " instead (its parity with PyTorch)")
 
 
-_LOSSY_WHERE = "precision 'int8', 'bf16', 'fp16' or 'auto'"
-
-
-def _lossy_where(why: str) -> Callable[[], str]:
-    return lambda: f"{_LOSSY_WHERE} ({why})"
+def _lossy_where(why: str) -> Callable[[], Said]:
+    return lambda: (Advice("precision"), f" 'int8', 'bf16', 'fp16' or 'auto' ({why})")
 
 
 RULES: tuple[Rule, ...] = (
     Rule(
-        "tolerance=",
+        Advice("tolerance"),
         _fp32,
         lambda: (
-            "precision 'fp32' or 'auto' (the largest absolute difference fp32 may have to PyTorch)"
+            Advice("precision"),
+            " 'fp32' or 'auto' (the largest absolute difference fp32 may have to PyTorch)",
         ),
         lambda _p, _q: (
-            "is judged by min_cosine= and min_agreement= on the calibration texts instead"
+            "is judged by ",
+            Advice("min_cosine"),
+            " and ",
+            Advice("min_agreement"),
+            " on the calibration texts instead",
         ),
-        lambda _p, _q: "precision='fp32'",
+        lambda _p, _q: (Advice("precision", "fp32"),),
     ),
     Rule(
-        "min_cosine=",
+        Advice("min_cosine"),
         _lossy,
         _lossy_where("the least token cosine a lossy plan may have to PyTorch"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
-        "min_agreement=",
+        Advice("min_agreement"),
         _lossy,
         _lossy_where("a lossy plan's annotations of the calibration texts are judged on it"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
-        "calibration_texts=",
+        Advice("calibration_texts"),
         _lossy,
         _lossy_where("they are judged on it"),
         _lossy_is_checked_instead,
         _ask_lossy,
     ),
     Rule(
-        "device_id=",
+        Advice("device_id"),
         _on_gpu,
         _gpu_where("the GPU providers"),
-        lambda _p, _q: "runs on the CPU",
+        lambda _p, _q: ("runs on the CPU",),
         _ask_gpu,
     ),
     Rule(
-        "gpu=",
+        Advice("gpu"),
         _on_gpu,
         _gpu_where("the GPU providers: buckets, CUDA graphs, TensorRT's builder"),
-        lambda _p, _q: "runs on the CPU",
+        lambda _p, _q: ("runs on the CPU",),
         _ask_gpu,
     ),
     Rule(
-        "fallback=True",
+        Advice("fallback", True),
         _falls_back,
         _fallback_where,
-        lambda _p, _q: "is the last resort already: there is nothing to fall back to",
+        lambda _p, _q: ("is the last resort already: there is nothing to fall back to",),
         lambda _p, _q: None,
     ),
 )
 
-RULE_OF: dict[str, Rule] = {rule.option: rule for rule in RULES}
+#: The rules by option name (``optimize()``'s keyword).
+RULE_OF: dict[str, Rule] = {rule.option.option: rule for rule in RULES}
 
 
-def describe_request(provider: Provider, precision: Precision, fallback: bool) -> str:
+def describe_request(provider: Provider, precision: Precision, fallback: bool) -> Said:
     """The request as the messages name it."""
-    named = f"provider={provider.value!r} with precision={precision.value!r}"
-    return named + (" and fallback=True" if fallback else "")
+    named: Said = (
+        Advice("provider", provider.value),
+        " with ",
+        Advice("precision", precision.value),
+    )
+    return named + ((" and ", Advice("fallback", True)) if fallback else ())
 
 
 def inapplicable(
     given: Iterable[str], provider: Provider, precision: Precision, fallback: bool
-) -> list[str]:
+) -> list[Said]:
     """For each option in ``given`` (keys of :data:`RULE_OF`) that no plan of the request
-    reads, why, in ``optimize()``'s keyword terms. A request this release does not serve
-    at all is left to :func:`~.config.check_supported` (nothing is said here)."""
+    reads, why, the options named as :class:`~spacy_accelerate.errors.Advice`. A request
+    this release does not serve at all is left to :func:`~.config.check_supported`
+    (nothing is said here)."""
     pairs = served_pairs(provider, precision, fallback)
     if not pairs:
         return []
     request = describe_request(provider, precision, fallback)
-    problems: list[str] = []
-    for option in given:
-        rule = RULE_OF[option]
+    problems: list[Said] = []
+    for name in given:
+        rule = RULE_OF[name]
         if any(rule.reads(p, q) for p, q in pairs):
             continue
         alternative = rule.alternative(provider, precision)
-        drop = f"Drop {option}" + (f", or ask for {alternative}" if alternative else "")
+        drop: Said = ("Drop ", rule.option)
+        if alternative is not None:
+            drop += (", or ask for ", *alternative)
         problems.append(
-            f"{option} applies to {rule.where()}; {request} "
-            f"{rule.instead(provider, precision)}. {drop}."
+            (rule.option, " applies to ", *rule.where(), "; ", *request, " ")
+            + (*rule.instead(provider, precision), ". ", *drop, ".")
         )
     return problems

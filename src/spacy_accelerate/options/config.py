@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import Advice, InvalidOptionError, Said, joined
 from spacy_accelerate.options.agreement import DEFAULT_AGREEMENT, AgreementBounds
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.gpu import GpuOptions
@@ -83,7 +83,7 @@ def parse_enum(enum_type: type[Enum], value: Any, option: str) -> Any:
         except ValueError:
             pass
     valid = ", ".join(repr(member.value) for member in enum_type)
-    raise InvalidOptionError(f"Unknown {option} {value!r}. Valid values: {valid}.")
+    raise InvalidOptionError("Unknown ", Advice(option), f" {value!r}. Valid values: {valid}.")
 
 
 def parse_provider(value: str | Provider) -> Provider:
@@ -211,16 +211,21 @@ def _calibrated_int8(provider: Provider) -> bool:
     return provider in PROVIDERS and PROVIDERS[provider].calibrated_int8
 
 
-def check_gpu_options(provider: Provider, gpu: GpuOptions) -> str | None:
+def check_gpu_options(provider: Provider, gpu: GpuOptions) -> Said | None:
     """Why ``gpu`` cannot be served by ``provider``, or None."""
     problem = PROVIDERS[provider].cuda_graph_problem if provider in PROVIDERS else None
     if not gpu.cuda_graph or problem is None:
         return None
     capture = [row.provider.value for row in PROVIDERS if row.gpu and not row.cuda_graph_problem]
-    instead = f"Use provider={capture[0]!r} with cuda_graph=True, or " if capture else "Use "
+    instead: Said = ("Use ",)
+    if capture:
+        instead = ("Use ", Advice("provider", capture[0]), " with cuda_graph=True, or ")
     return (
-        f"cuda_graph=True is not available with provider={provider.value!r}: {problem}. "
-        f"{instead}{provider.value} without CUDA graphs."
+        "cuda_graph=True is not available with ",
+        Advice("provider", provider.value),
+        f": {problem}. ",
+        *instead,
+        f"{provider.value} without CUDA graphs.",
     )
 
 
@@ -231,11 +236,18 @@ def check_supported(provider: Provider, precision: Precision) -> None:
         return
     if precision is Precision.AUTO and (provider is Provider.AUTO or provider in PROVIDERS):
         return
-    served = ", ".join(
-        f"provider={p.value!r} with precision={q.value!r}"
-        for p, q in sorted(PROVIDERS.served(), key=lambda pair: (pair[0].value, pair[1].value))
+    served = joined(
+        (
+            (Advice("provider", p.value), " with ", Advice("precision", q.value))
+            for p, q in sorted(PROVIDERS.served(), key=lambda pair: (pair[0].value, pair[1].value))
+        ),
+        ", ",
     )
     raise InvalidOptionError(
-        f"provider={provider.value!r} with precision={precision.value!r} is not available in "
-        f"this release of spacy-accelerate. Supported: {served}."
+        Advice("provider", provider.value),
+        " with ",
+        Advice("precision", precision.value),
+        " is not available in this release of spacy-accelerate. Supported: ",
+        *served,
+        ".",
     )

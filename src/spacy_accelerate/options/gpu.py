@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import Advice, InvalidOptionError
 
 #: TensorRT's default workspace here: enough for BERT-base-sized tactics at
 #: batch 128 x 512 without letting the builder take the whole device.
@@ -95,7 +95,8 @@ class GpuOptions:
             )
         if not _positive_int(self.device_id, allow_zero=True):
             raise InvalidOptionError(
-                f"device_id must be a CUDA device index (0, 1, ...), got {self.device_id!r}."
+                Advice("device_id"),
+                f" must be a CUDA device index (0, 1, ...), got {self.device_id!r}.",
             )
         if self.batch_buckets is not None:
             buckets = self.batch_buckets
@@ -133,8 +134,9 @@ def parse_gpu_options(
         return value if device_id is None else replace(value, device_id=device_id)
     if not isinstance(value, Mapping):
         raise InvalidOptionError(
-            f"gpu must be a spacy_accelerate.GpuOptions or a dict of its fields, got "
-            f"{type(value).__name__}."
+            Advice("gpu"),
+            " must be a spacy_accelerate.GpuOptions or a dict of its fields, got "
+            f"{type(value).__name__}.",
         )
     known = {f.name for f in fields(GpuOptions)}
     unknown = sorted(set(value) - known)

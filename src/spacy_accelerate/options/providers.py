@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import Advice, InvalidOptionError
 from spacy_accelerate.options.precision import Precision
 
 
@@ -164,7 +164,9 @@ class ProviderTable:
             if name is Provider.AUTO or name in self._rows:
                 return name
         valid = ", ".join(repr(name.value) for name in (Provider.AUTO, *self._rows))
-        raise InvalidOptionError(f"Unknown provider {value!r}. Valid values: {valid}.")
+        raise InvalidOptionError(
+            "Unknown ", Advice("provider"), f" {value!r}. Valid values: {valid}."
+        )
 
     def choices(self) -> str:
         """The names a user may give, for help texts: ``auto, cpu, ... or openvino``."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import Advice, InvalidOptionError, joined, spelled
 from spacy_accelerate.options.agreement import parse_min_agreement
 from spacy_accelerate.options.applicability import inapplicable
 from spacy_accelerate.options.config import (
@@ -90,7 +90,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
     """The checked :class:`OptimizeConfig` of ``options``, or an
     :class:`~spacy_accelerate.errors.InvalidOptionError` naming the keyword to fix.
 
-    An option that no plan of the request reads (``min_agreement=`` with fp32, say: see
+    An option that no plan of the request reads (``min_agreement`` with fp32, say: see
     :mod:`~.applicability`) is an error too; where the options are ``saved`` with a
     pipeline (loaded where another provider serves it, or overridden at load) it is only
     a warning: a pipeline that loaded before must keep loading."""
@@ -101,18 +101,22 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
     parsed_precision = parse_precision(options.precision)
     if tolerance is not None and not (isinstance(tolerance, int | float) and 0 < tolerance < 1):
         raise InvalidOptionError(
-            f"tolerance must be a number between 0 and 1, got {tolerance!r}; the default "
-            f"is {DEFAULT_TOLERANCE} on a CPU and {DEFAULT_GPU_TOLERANCE} on a GPU."
+            Advice("tolerance"),
+            f" must be a number between 0 and 1, got {tolerance!r}; the default "
+            f"is {DEFAULT_TOLERANCE} on a CPU and {DEFAULT_GPU_TOLERANCE} on a GPU.",
         )
     if min_cosine is not None and not (isinstance(min_cosine, int | float) and 0 < min_cosine <= 1):
         raise InvalidOptionError(
-            f"min_cosine must be a number in (0, 1], got {min_cosine!r}; the default is "
+            Advice("min_cosine"),
+            f" must be a number in (0, 1], got {min_cosine!r}; the default is "
             f"{DEFAULT_MIN_COSINE} for int8, {DEFAULT_CALIBRATED_INT8_MIN_COSINE} for a calibrated "
-            f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16."
+            f"int8 (a mean) and {DEFAULT_FP16_MIN_COSINE} for fp16 and bf16.",
         )
     bounds = parse_min_agreement(min_agreement)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise InvalidOptionError(f"threads must be a positive integer or None, got {threads!r}.")
+        raise InvalidOptionError(
+            Advice("threads"), f" must be a positive integer or None, got {threads!r}."
+        )
     if lock_timeout is not None and not (
         isinstance(lock_timeout, int | float)
         and not isinstance(lock_timeout, bool)
@@ -120,13 +124,14 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
         and math.isfinite(lock_timeout)
     ):
         raise InvalidOptionError(
-            f"lock_timeout must be a number of seconds (0 or more), got {lock_timeout!r}; "
-            f"the default is {DEFAULT_LOCK_TIMEOUT:g}."
+            Advice("lock_timeout"),
+            f" must be a number of seconds (0 or more), got {lock_timeout!r}; "
+            f"the default is {DEFAULT_LOCK_TIMEOUT:g}.",
         )
     gpu_options = parse_gpu_options(options.gpu, device_id=options.device_id)
     problem = check_gpu_options(parsed_provider, gpu_options)
     if problem is not None:
-        raise InvalidOptionError(problem)
+        raise InvalidOptionError(*problem)
     texts = _parse_texts(options.calibration_texts)
     _check_applicable(options, parsed_provider, parsed_precision, gpu_options, saved=saved)
     cache_dir = options.cache_dir
@@ -159,20 +164,20 @@ def _given(options: OptimizeOptions, gpu: GpuOptions, *, saved: bool) -> list[st
     given = [
         name
         for name, value in (
-            ("tolerance=", options.tolerance),
-            ("min_cosine=", options.min_cosine),
-            ("min_agreement=", options.min_agreement),
-            ("calibration_texts=", options.calibration_texts),
+            ("tolerance", options.tolerance),
+            ("min_cosine", options.min_cosine),
+            ("min_agreement", options.min_agreement),
+            ("calibration_texts", options.calibration_texts),
         )
         if value is not None
     ]
     if saved:
-        given += ["device_id="] if gpu.device_id != GpuOptions().device_id else []
-        given += ["gpu="] if replace(gpu, device_id=GpuOptions().device_id) != GpuOptions() else []
+        given += ["device_id"] if gpu.device_id != GpuOptions().device_id else []
+        given += ["gpu"] if replace(gpu, device_id=GpuOptions().device_id) != GpuOptions() else []
     else:
-        given += ["device_id="] if options.device_id is not None else []
-        given += ["gpu="] if options.gpu is not None else []
-    return given + (["fallback=True"] if options.fallback else [])
+        given += ["device_id"] if options.device_id is not None else []
+        given += ["gpu"] if options.gpu is not None else []
+    return given + (["fallback"] if options.fallback else [])
 
 
 def _check_applicable(
@@ -187,12 +192,12 @@ def _check_applicable(
     given = _given(options, gpu, saved=saved)
     problems = inapplicable(given, provider, precision, bool(options.fallback))
     if problems and not saved:
-        raise InvalidOptionError(" ".join(problems))
+        raise InvalidOptionError(*joined(problems))
     for problem in problems:
         logger.warning(
             "spacy-accelerate: the options saved with this pipeline include one that does "
             "not apply where it loads, and it is ignored: %s",
-            problem,
+            spelled(problem),
         )
 
 
@@ -202,8 +207,9 @@ def _parse_texts(texts: Sequence[str] | None) -> tuple[str, ...] | None:
     chosen = () if isinstance(texts, str) else tuple(texts)  # a generator is read once
     if not chosen or not all(isinstance(text, str) and text.strip() for text in chosen):
         raise InvalidOptionError(
-            "calibration_texts must be a non-empty list of non-blank strings (texts like the "
-            "ones you will process), or None for the built-in English sample."
+            Advice("calibration_texts"),
+            " must be a non-empty list of non-blank strings (texts like the ones you will "
+            "process), or None for the built-in English sample.",
         )
     return chosen
 

@@ -39,12 +39,16 @@ from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import (
     AccuracyError,
+    Advice,
     AgreementError,
     CacheError,
     ConversionError,
     NoFasterPlanError,
     OutpacedError,
     ProviderUnavailableError,
+    Said,
+    joined,
+    spelled,
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
@@ -63,6 +67,9 @@ logger = logging.getLogger("spacy_accelerate")
 
 #: The file of a choice entry.
 CHOICE_FILE = "auto_precision.json"
+
+#: How the messages, the log and the progress name the search.
+_AUTO = Advice("precision", "auto")
 
 #: The calibration tokens each candidate is timed on, per turn: enough for a stable
 #: figure on a small model, few enough that timing every candidate stays a small part of
@@ -106,9 +113,12 @@ class Choice:
         won = self.seconds[self.chosen.label]
         timed = ", ".join(f"{label} {s:.3f} s" for label, s in sorted(self.seconds.items()))
         lost = "; ".join(f"{label}: {why}" for label, why in self.refused.items())
-        return (
-            f"precision='auto' chose {self.chosen.label} ({won:.3f} s on the timed "
-            f"calibration texts; passing plans: {timed})" + (f"; refused: {lost}" if lost else "")
+        return spelled(
+            [
+                _AUTO,
+                f" chose {self.chosen.label} ({won:.3f} s on the timed calibration texts; "
+                f"passing plans: {timed})" + (f"; refused: {lost}" if lost else ""),
+            ]
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -309,12 +319,14 @@ class AutoSearch:
         self.texts = timed_texts(source.texts or builtin_texts())
         self.previous = [location.module for location in locations]
         self.served: dict[str, Served] = {}
-        self.refused: dict[str, str] = {}
+        #: Each refused plan's reason, the error itself where one refused it (its advice
+        #: spelled in the terms of whoever reads the error that lists it).
+        self.refused: dict[str, Said] = {}
         self.unavailable: list[ProviderUnavailableError] = []
         self.prune = not _FULL_SEARCH
 
     def run(self, candidates: Sequence[Candidate]) -> Choice:
-        judging = "precision='auto': building and judging each candidate"
+        judging = spelled([_AUTO, ": building and judging each candidate"])
         deferred: dict[str, tuple[Candidate, Resumed]] = {}
         ordered = sorted(candidates, key=stage)
         for candidate in progress.track(ordered, judging):
@@ -343,15 +355,16 @@ class AutoSearch:
                 patch(location, module)
             else:
                 revert(location, module)
-        return Choice(chosen=winner.candidate, seconds=self.seconds(), refused=self.refused)
+        refused = {label: spelled(why) for label, why in self.refused.items()}
+        return Choice(chosen=winner.candidate, seconds=self.seconds(), refused=refused)
 
     def nothing_served(self) -> ProviderUnavailableError | AccuracyError:
-        tried = "; ".join(f"{label}: {why}" for label, why in self.refused.items())
+        tried = joined(((f"{label}: ", *why) for label, why in self.refused.items()), "; ")
         if len(self.unavailable) == len(self.refused):
             return ProviderUnavailableError(
-                f"precision='auto' found no provider that can run here; tried: {tried}"
+                _AUTO, " found no provider that can run here; tried: ", *tried
             )
-        return AccuracyError(f"precision='auto' found no plan that passes the gate; tried: {tried}")
+        return AccuracyError(_AUTO, " found no plan that passes the gate; tried: ", *tried)
 
     def seconds(self) -> dict[str, float]:
         """Each passing plan's fastest turn so far."""
@@ -411,7 +424,7 @@ class AutoSearch:
         if raced[-1].faster:
             return replace(first, races=raced)
         self.refused[candidate.label] += (
-            f" | units back in float: not tried (its all-int8 plan was {raced[-1].finding()})"
+            f" | units back in float: not tried (its all-int8 plan was {raced[-1].finding()})",
         )
         return None
 
@@ -431,8 +444,9 @@ class AutoSearch:
                 error, NoFasterPlanError
             ):
                 self.unavailable.append(error)
+            # Its parts, not the error: its traceback would hold the candidate's models.
             self.refused[candidate.label] = (
-                error.finding if isinstance(error, AgreementError) else str(error)
+                (error.finding,) if isinstance(error, AgreementError) else error.parts
             )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
             if isinstance(error, OutpacedError) and isinstance(error.resume, Resumed):
@@ -463,7 +477,7 @@ class AutoSearch:
         plan is left out on its first turn alone: on a shared machine one turn can take
         several times its usual time (docs/performance.md), and would serve another plan."""
         labels = ", ".join(self.served)
-        racing = f"precision='auto': racing {labels} on the calibration texts"
+        racing = spelled([_AUTO, f": racing {labels} on the calibration texts"])
         for _ in progress.track(range(TURNS - 1), racing):
             for served in self.served.values():
                 served.turns.append(self.timed(served.modules))

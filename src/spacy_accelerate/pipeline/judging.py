@@ -27,8 +27,8 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import AgreementError, InvalidOptionError
-from spacy_accelerate.options.agreement import AgreementBounds
+from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, Said, spelled
+from spacy_accelerate.options.agreement import AgreementBounds, Annotation
 from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
 from spacy_accelerate.pipeline.annotating import annotate, annotated
 from spacy_accelerate.pipeline.autocast import AutocastModule
@@ -97,9 +97,10 @@ class CalibrationSource:
                 "which were not saved with it (only their sha256), and its cache entry is not "
                 "here, so it cannot be judged again. Give the texts again when loading: "
                 "spacy.load(path, config={'nlp.after_pipeline_creation.calibration_texts': "
-                "[...]}), or optimize(nlp, ..., calibration_texts=[...]) with the precision "
-                "you asked for; or copy the cache (SPACY_ACCELERATE_CACHE) from where it was "
-                "built."
+                "[...]}), or pass ",
+                Advice("calibration_texts", ...),
+                " with the precision you asked for; or copy the cache (SPACY_ACCELERATE_CACHE) "
+                "from where it was built.",
             )
         return record_calibration(self.nlp, self.location, self.spec, self.texts)
 
@@ -158,10 +159,13 @@ def calibration_source(
     tokens = sum(len(nlp.make_doc(text)) for text in texts)
     if tokens < MIN_CALIBRATION_TOKENS:
         raise InvalidOptionError(
-            f"calibration_texts hold {tokens} tokens; a lossy plan's calibration needs at "
-            f"least {MIN_CALIBRATION_TOKENS}, or its accuracy gate proves nothing (the "
-            "built-in sample holds about 9,000). Pass more texts like the ones you will "
-            "annotate, or leave calibration_texts out to use the built-in sample."
+            Advice("calibration_texts"),
+            f" hold {tokens} tokens; a lossy plan's calibration needs at least "
+            f"{MIN_CALIBRATION_TOKENS}, or its accuracy gate proves nothing (the built-in "
+            "sample holds about 9,000). Pass more texts like the ones you will annotate, or "
+            "leave ",
+            Advice("calibration_texts"),
+            " out to use the built-in sample.",
         )
     return CalibrationSource(nlp, location, spec, texts)
 
@@ -190,9 +194,10 @@ def check_agreement(
     :data:`~spacy_accelerate.verify.agreement.AUTOCAST_MARGIN`)."""
     running = RunningAgreement(calibration.docs)
     docs = _judged_docs(nlp, calibration.texts, running, bounds, floor)
-    hopeless = running.hopeless(bounds, floor)
+    hopeless = running.hopeless_at(bounds, floor)
     if hopeless is not None:  # stopped early: what was counted already refuses the plan
-        _refuse(f"{hopeless}; every rate so far: {running.so_far().describe() or 'none'}")
+        so_far = running.so_far().describe() or "none"
+        _refuse(hopeless[0], (*hopeless[1], f"; every rate so far: {so_far}"))
     report = running.report(docs)
     if not report.rates:
         logger.warning(
@@ -200,9 +205,9 @@ def check_agreement(
             "compares (tags, dependencies, entities, ...), so only the token cosine judged "
             "this plan."
         )
-    finding = report.refusal(bounds, floor)
-    if finding is not None:
-        _refuse(f"{finding}; every rate: {report.describe()}")
+    refused = report.refused(bounds, floor)
+    if refused is not None:
+        _refuse(refused[0], (*refused[1], f"; every rate: {report.describe()}"))
     return report
 
 
@@ -228,13 +233,18 @@ def _judged_docs(
     return [docs[index] for index in sorted(docs)]
 
 
-def _refuse(finding: str) -> NoReturn:
+def _refuse(annotation: Annotation, finding: Said) -> NoReturn:
     raise AgreementError(
-        f"The pipeline's {finding}, so this plan was not served and the pipeline is "
-        "unchanged. Use precision='fp32' (or 'auto', the fastest plan that passes), "
-        "calibrate on texts like yours (calibration_texts=...), or lower min_agreement "
-        "for that annotation (min_agreement={...: bound}) if this is enough for you.",
-        finding=finding,
+        "The pipeline's ",
+        *finding,
+        ", so this plan was not served and the pipeline is unchanged. Use ",
+        Advice("precision", "fp32"),
+        " (or 'auto', the fastest plan that passes), calibrate on texts like yours (",
+        Advice("calibration_texts", ...),
+        "), or lower the bound of that annotation (",
+        Advice("min_agreement", item=annotation.value),
+        ") if this is enough for you.",
+        finding=spelled(finding),
     )
 
 

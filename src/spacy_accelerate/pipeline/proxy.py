@@ -32,7 +32,13 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
-from spacy_accelerate.errors import CacheError, InferenceOnlyError, UnsupportedArchitectureError
+from spacy_accelerate.errors import (
+    Advice,
+    CacheError,
+    InferenceOnlyError,
+    UnsupportedArchitectureError,
+    spelled,
+)
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.pipeline.workers import WORKERS
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
@@ -368,7 +374,9 @@ def _reopen(
             "its lossy plan is judged on the whole pipeline, which an unpickled "
             "transformer does not have"
             if config.calibrated and config.missing_cache is not MissingCache.PYTORCH
-            else "missing_cache='pytorch' says not to export it at load time",
+            else spelled(
+                [Advice("missing_cache", "pytorch"), " says not to export it at load time"]
+            ),
         )
         return original
     session, found = reopened

@@ -58,6 +58,7 @@ from spacy_accelerate.cache.root import KEY_PATTERN
 from spacy_accelerate.cache.untrusted import read_json_object
 from spacy_accelerate.errors import (
     AccuracyError,
+    Advice,
     BundleError,
     ConversionError,
     ProviderUnavailableError,
@@ -304,7 +305,9 @@ def _copy_entry(exported: ExportedModel, staging: Path) -> dict[str, dict[str, A
         raise BundleError(
             f"The model served for key {exported.key[:12]} is no longer intact at "
             f"{exported.path} ({error}), so it cannot be saved with the pipeline. Call "
-            "spacy_accelerate.optimize(nlp) again, then save; or save with bundle=False."
+            "spacy_accelerate.optimize(nlp) again, then save; or save with ",
+            Advice("bundle", False),
+            ".",
         ) from None
     target = staging / entry.key
     # The cache's owner mark stays behind: a bundle belongs to no cache, and wheels

@@ -10,6 +10,7 @@ from typing import Any
 
 from spacy_accelerate.cache.provenance import last_used
 from spacy_accelerate.cache.store import CacheEntry, ModelCache
+from spacy_accelerate.errors import Advice, spelled
 from spacy_accelerate.verify.record import BuildRecord
 
 
@@ -81,7 +82,8 @@ def _describe(entry: CacheEntry) -> CachedModel:
     export = inputs.get("export") or {}
     note = None
     if record.chosen is not None:
-        note = f"precision='auto' choice: {record.chosen}"
+        # The listing's own words, in Python's terms like the log's.
+        note = spelled([Advice("precision", "auto"), f" choice: {record.chosen}"])
     elif record.refusal is not None:
         reason = "not faster than float here" if record.refusal == "speed" else "the gate"
         note = f"a refusal ({reason}): no model is served for this request here"

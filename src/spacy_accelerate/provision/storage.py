@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from spacy_accelerate.errors import CacheError
+from spacy_accelerate.errors import Advice, CacheError
 
 #: The errno values that mean the cache's disk cannot take the model.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
@@ -51,9 +51,10 @@ def stored_as_cache_errors(build: Callable[[Path], Any], root: Path) -> Callable
                 raise
             raise CacheError(
                 f"The model cache at {root} could not take the exported model ({reason}). "
-                "Free space there, or set cache_dir= (or the SPACY_ACCELERATE_CACHE "
-                "environment variable) to a folder with room; nothing was stored and the "
-                "pipeline is unchanged."
+                "Free space there, or set ",
+                Advice("cache_dir", ...),
+                " (or the SPACY_ACCELERATE_CACHE environment variable) to a folder with room; "
+                "nothing was stored and the pipeline is unchanged.",
             ) from error
 
     return storing

@@ -21,6 +21,7 @@ from typing import Any
 
 from spacy.tokens import Doc, Token
 
+from spacy_accelerate.errors import Advice, Said
 from spacy_accelerate.options.agreement import AgreementBounds, Annotation
 
 #: The normal quantile of a two-sided 95% interval.
@@ -81,16 +82,18 @@ class AgreementReport:
     def rate(self, annotation: Annotation) -> Rate | None:
         return dict(self.rates).get(annotation)
 
-    def refusal(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> str | None:
+    def refusal(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> Said | None:
         """Why these rates may not be served under ``bounds`` (the first annotation that
-        fails, with its figures), or None. ``floor``: a reference plan (PyTorch's bf16
-        autocast) whose rates these may fall at most :data:`AUTOCAST_MARGIN` below."""
+        fails, with its figures; the options it names as
+        :class:`~spacy_accelerate.errors.Advice`), or None. ``floor``: a reference plan
+        (PyTorch's bf16 autocast) whose rates these may fall at most
+        :data:`AUTOCAST_MARGIN` below."""
         refused = self.refused(bounds, floor)
         return None if refused is None else refused[1]
 
     def refused(
         self, bounds: AgreementBounds, floor: AgreementReport | None = None
-    ) -> tuple[Annotation, str] | None:
+    ) -> tuple[Annotation, Said] | None:
         """The first annotation that fails (see :meth:`refusal`) and why, or None."""
         for annotation, measured in self.rates:
             why = _refusal(annotation, measured, bounds.bound(annotation), floor)
@@ -123,37 +126,36 @@ class AgreementReport:
 
 def _refusal(
     annotation: Annotation, measured: Rate, bound: float, floor: AgreementReport | None
-) -> str | None:
+) -> Said | None:
     """Why ``measured`` fails ``bound`` (or falls too far below ``floor``), or None."""
     units = UNITS.get(annotation, "tokens")
     best = wilson_lower(measured.total, measured.total)
+    agreed = (
+        f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
+        f"{measured.total:,} calibration {units}"
+    )
     if bound < 1.0 and best < bound:  # even no change at all could not pass
         needed = math.ceil(Z_95**2 * bound / (1 - bound))
         return (
-            f"{annotation.value}: {measured.total:,} calibration {units} cannot show "
-            f"min_agreement {bound:.2%} (even with none changed, the 95% lower bound "
-            f"is {best:.2%}; it takes at least {needed:,}): give more calibration_texts "
-            f"or a lower bound for {annotation.value!r}"
+            f"{annotation.value}: {measured.total:,} calibration {units} cannot show ",
+            Advice("min_agreement"),
+            f" {bound:.2%} (even with none changed, the 95% lower bound is {best:.2%}; it "
+            f"takes at least {needed:,}): give more calibration texts (",
+            Advice("calibration_texts", ...),
+            ") or a lower ",
+            Advice("min_agreement", item=annotation.value),
         )
     if bound >= 1.0 and measured.same < measured.total:  # 1.0: nothing may change
-        return (
-            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-            f"{measured.total:,} calibration {units} ({measured.total - measured.same:,}"
-            " changed; min_agreement 100% allows none)"
-        )
+        changed = measured.total - measured.same
+        return (f"{agreed} ({changed:,} changed; ", Advice("min_agreement"), " 100% allows none)")
     if bound < 1.0 and measured.lower < bound:
-        return (
-            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-            f"{measured.total:,} calibration {units} (95% lower bound "
-            f"{measured.lower:.2%} < min_agreement {bound:.2%})"
-        )
+        lower = f"{measured.lower:.2%}"
+        return (f"{agreed} (95% lower bound {lower} < ", Advice("min_agreement"), f" {bound:.2%})")
     reference = floor.rate(annotation) if floor is not None else None
     if reference is not None and measured.rate < reference.rate - AUTOCAST_MARGIN:
         return (
-            f"{annotation.value} agree with PyTorch's on {measured.rate:.2%} of "
-            f"{measured.total:,} calibration {units}, more than "
-            f"{AUTOCAST_MARGIN:.2%} below PyTorch's own bf16 autocast "
-            f"({reference.rate:.2%})"
+            f"{agreed}, more than {AUTOCAST_MARGIN:.2%} below PyTorch's own bf16 autocast "
+            f"({reference.rate:.2%})",
         )
     return None
 
@@ -247,10 +249,20 @@ class RunningAgreement:
             rates.append((cats, Rate(self.same[cats], self.seen[cats])))
         return AgreementReport(tuple(rates))
 
-    def hopeless(self, bounds: AgreementBounds, floor: AgreementReport | None = None) -> str | None:
+    def hopeless(
+        self, bounds: AgreementBounds, floor: AgreementReport | None = None
+    ) -> Said | None:
         """Why the candidate fails whatever the documents left hold (the refusal of its
         best case, every unit left agreeing, with the count that forced it), or None while
         it may still pass."""
+        refused = self.hopeless_at(bounds, floor)
+        return None if refused is None else refused[1]
+
+    def hopeless_at(
+        self, bounds: AgreementBounds, floor: AgreementReport | None = None
+    ) -> tuple[Annotation, Said] | None:
+        """The annotation that makes the candidate fail whatever the documents left hold,
+        and why (see :meth:`hopeless`), or None."""
         best = AgreementReport(
             tuple(
                 (a, Rate(self.same[a] + total - self.seen[a], total))
@@ -262,9 +274,10 @@ class RunningAgreement:
             return None
         annotation, why = refused
         if not self.documents:
-            return why
+            return refused
         changed = self.seen[annotation] - self.same[annotation]
-        return (
-            f"{why} at best: {changed:,} changed in the first {self.documents} of "
-            f"{len(self.reference)} texts, and judging stopped there"
+        return annotation, (
+            *why,
+            f" at best: {changed:,} changed in the first {self.documents} of "
+            f"{len(self.reference)} texts, and judging stopped there",
         )

@@ -21,7 +21,7 @@ import torch
 from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import AccuracyError, ConversionError
+from spacy_accelerate.errors import AccuracyError, Advice, ConversionError
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.session import Session
@@ -230,8 +230,11 @@ def check_parity(
             f"{_cosine_findings(report, gate)} (largest absolute difference {report.worst:.3g}) "
             "on padded batches of "
             f"{report.batch_shape} rows x pieces ({report.per_output()}). It was not served; "
-            "the pipeline is unchanged. Use precision='fp32', or lower min_cosine if this "
-            "accuracy is enough for you."
+            "the pipeline is unchanged. Use ",
+            Advice("precision", "fp32"),
+            ", or lower ",
+            Advice("min_cosine"),
+            " if this accuracy is enough for you.",
         )
     raise ConversionError(
         f"The exported {spec.family} model does not match the PyTorch module: largest "

@@ -42,9 +42,11 @@ from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.cpu_features import cpu_features
 from spacy_accelerate.errors import (
     AccuracyError,
+    Advice,
     AgreementError,
     NoFasterPlanError,
     OutpacedError,
+    Said,
 )
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.session import Session
@@ -130,10 +132,11 @@ class Quantizer(ABC, Generic[S, P]):
     """What a backend gives the int8 search: its plans, how one is built, the float plan
     to beat, and what to tell a user whose model no plan serves."""
 
-    #: What the user can do when no plan passes, in ``optimize()``'s keywords.
-    advice: str = ""
+    #: What the user can do when no plan passes, the options it names as
+    #: :class:`~spacy_accelerate.errors.Advice`.
+    advice: Said = ()
     #: What to ask for where no int8 plan outruns the float plan (``precision='fp32'``).
-    instead: str = "precision='fp32'"
+    instead: Said = (Advice("precision", "fp32"),)
 
     @abstractmethod
     def whole_plans(self) -> Sequence[P]:
@@ -495,16 +498,19 @@ class Int8Search(Generic[S, P]):
             return NoFasterPlanError(
                 f"No int8 plan both keeps this model within the gate and runs faster than "
                 f"{baseline} on this CPU ({cpu_features().describe()}), so no int8 model was "
-                f"served and the pipeline is unchanged. Use {self.quantizer.instead} here. "
-                f"Plans tried: {self.tried()}"
+                "served and the pipeline is unchanged. Use ",
+                *self.quantizer.instead,
+                f" here. Plans tried: {self.tried()}",
             )
-        message = (
+        message: Said = (
             "No int8 plan keeps this model within the gate, so no int8 model was served and "
-            f"the pipeline is unchanged. {self.quantizer.advice} Plans tried: {self.tried()}"
+            "the pipeline is unchanged. ",
+            *self.quantizer.advice,
+            f" Plans tried: {self.tried()}",
         )
         if self.disagreements:
-            return AgreementError(message, finding=self.disagreements[-1])
-        return AccuracyError(message)
+            return AgreementError(*message, finding=self.disagreements[-1])
+        return AccuracyError(*message)
 
 
 def bisect_ladder(ladder: Sequence[P], attempt: Callable[[P], V]) -> V | None:

@@ -37,6 +37,7 @@ from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, graph_plan, optimize_graph
 from spacy_accelerate.cpu_features import CpuFeatures
+from spacy_accelerate.errors import Advice, Said
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import spread
@@ -452,9 +453,16 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     model ONNX Runtime serves (fused); the ladder's units are dynamic int8's MatMuls,
     ranked by :func:`matmul_harm`, measured only where the ladder is searched."""
 
-    advice = (
-        "Use precision='fp32', calibrate on texts like yours (calibration_texts=...), or "
-        "lower min_agreement (or min_cosine) if less accuracy is enough for you."
+    advice: Said = (
+        "Use ",
+        Advice("precision", "fp32"),
+        ", calibrate on texts like yours (",
+        Advice("calibration_texts", ...),
+        "), or lower ",
+        Advice("min_agreement"),
+        " (or ",
+        Advice("min_cosine"),
+        ") if less accuracy is enough for you.",
     )
 
     def __init__(

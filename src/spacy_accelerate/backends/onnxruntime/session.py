@@ -32,7 +32,7 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
     execution_providers,
     import_onnxruntime,
 )
-from spacy_accelerate.errors import EngineBuildError, SpacyAccelerateError
+from spacy_accelerate.errors import Advice, EngineBuildError, SpacyAccelerateError
 from spacy_accelerate.options.config import OptimizeConfig, Provider
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider
@@ -93,8 +93,9 @@ def engine_failures(provider: Provider, what: str, ort: Any) -> Iterator[None]:
     except _ort_failure_types(ort) as error:
         raise EngineBuildError(
             f"ONNX Runtime's {ORT_PROVIDER_NAMES[provider]} failed to {what}: {error}. Check "
-            "`spacy-accelerate doctor` (driver, CUDA, TensorRT versions); pass fallback=True to "
-            "optimize() to fall back to the next provider instead."
+            "`spacy-accelerate doctor` (driver, CUDA, TensorRT versions); pass ",
+            Advice("fallback", True),
+            " to fall back to the next provider instead.",
         ) from error
 
 
@@ -162,8 +163,9 @@ def check_active(session: Any, provider: Provider) -> None:
             f"ONNX Runtime could not start {expected} (it runs on {', '.join(active)} instead), "
             "so the model would not run where you asked. Check that a GPU is visible "
             "(nvidia-smi, CUDA_VISIBLE_DEVICES) and that the CUDA/cuDNN/TensorRT libraries match "
-            "your onnxruntime-gpu (`spacy-accelerate doctor`); pass fallback=True to optimize() "
-            "to fall back to the next provider instead."
+            "your onnxruntime-gpu (`spacy-accelerate doctor`); pass ",
+            Advice("fallback", True),
+            " to fall back to the next provider instead.",
         )
 
 

@@ -60,7 +60,7 @@ from spacy_accelerate.backends.openvino.session import (
     import_openvino,
     speed_baseline,
 )
-from spacy_accelerate.errors import ConversionError
+from spacy_accelerate.errors import Advice, ConversionError, Said
 from spacy_accelerate.options.config import Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.providers import PROVIDERS
@@ -249,15 +249,21 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
     free: how much the mean cosine drops across it. The float plan to beat is OpenVINO's
     float model compiled as the CPU serves it best (:func:`.session.speed_baseline`)."""
 
-    advice = (
-        "Use precision='bf16' or 'fp32', calibrate on texts like yours "
-        "(calibration_texts=...), or lower min_cosine / min_agreement if less accuracy "
-        "is enough for you."
+    advice: Said = (
+        "Use ",
+        Advice("precision", "bf16"),
+        " or 'fp32', calibrate on texts like yours (",
+        Advice("calibration_texts", ...),
+        "), or lower ",
+        Advice("min_cosine"),
+        " / ",
+        Advice("min_agreement"),
+        " if less accuracy is enough for you.",
     )
 
     @property
-    def instead(self) -> str:  # type: ignore[override]
-        return f"precision='{speed_baseline()}'"
+    def instead(self) -> Said:  # type: ignore[override]
+        return (Advice("precision", speed_baseline()),)
 
     def __init__(
         self,
@@ -426,8 +432,11 @@ def present_layer_nodes(
         fallback = PROVIDERS[Provider.OPENVINO].fallback or Provider.OPENVINO
         raise ConversionError(
             "OpenVINO's model has none of the export's MatMul nodes of some layers, so no layer "
-            "can be kept in float. Please report this with your openvino and nncf versions; use "
-            f"precision='bf16' or provider={fallback.value!r} meanwhile."
+            "can be kept in float. Please report this with your openvino and nncf versions; use ",
+            Advice("precision", "bf16"),
+            " or ",
+            Advice("provider", fallback.value),
+            " meanwhile.",
         )
     return layer_nodes
 

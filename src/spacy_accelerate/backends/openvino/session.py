@@ -45,7 +45,7 @@ from spacy_accelerate.cpu_features import (
     cpu_features,
     is_this_cpu,
 )
-from spacy_accelerate.errors import PrecisionUnavailableError
+from spacy_accelerate.errors import Advice, PrecisionUnavailableError
 from spacy_accelerate.options.config import OptimizeConfig, Precision
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
@@ -160,9 +160,13 @@ def check_precision(precision: Precision) -> None:
     """bf16 only where the CPU computes in bf16; say which instructions are missing."""
     if precision is Precision.BF16 and "BF16" not in cpu_capabilities():
         raise PrecisionUnavailableError(
-            "precision='bf16' needs a CPU with bf16 arithmetic (AVX512_BF16 or AMX-BF16), which "
-            "this CPU does not have. Use precision='fp32' (or 'int8'), or pass fallback=True "
-            "to be served fp32 by ONNX Runtime here."
+            Advice("precision", "bf16"),
+            " needs a CPU with bf16 arithmetic (AVX512_BF16 or AMX-BF16), which this CPU does "
+            "not have. Use ",
+            Advice("precision", "fp32"),
+            " (or 'int8'), or pass ",
+            Advice("fallback", True),
+            " to be served fp32 by ONNX Runtime here.",
         )
 
 
