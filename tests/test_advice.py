@@ -1,6 +1,6 @@
 """A message names ``optimize()``'s options as data (:class:`~spacy_accelerate.errors.Advice`),
 so that each interface spells them in its own terms: ``str(error)`` in Python's
-(``precision='bf16'``), another interface in its own (``--precision bf16``), from the same
+(``precision='bf16'``), the command line in its flags (``--precision bf16``), from the same
 parts. Every error class carries its parts (across processes too), no message of the
 library writes an option in Python's keyword form as text, and real messages read right
 both ways."""
@@ -10,15 +10,16 @@ from __future__ import annotations
 import ast
 import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import spacy_accelerate.errors
+from spacy_accelerate.cli.terms import COMMAND_LINE
 from spacy_accelerate.errors import (
     PYTHON,
-    UNSET,
     Advice,
     AgreementError,
     CacheMissError,
@@ -29,31 +30,13 @@ from spacy_accelerate.errors import (
     spelled,
 )
 from spacy_accelerate.options.config import Precision, Provider, check_supported
-from spacy_accelerate.options.request import build_config
+from spacy_accelerate.options.request import OptimizeOptions, build_config
 from spacy_accelerate.provision import refusals
 
 SOURCE = Path(spacy_accelerate.errors.__file__).parent
 
 #: ``optimize()``'s keyword options, as a message may name them.
-OPTIONS = (
-    "provider",
-    "precision",
-    "cache_dir",
-    "warmup",
-    "verify",
-    "tolerance",
-    "min_cosine",
-    "threads",
-    "device_id",
-    "gpu",
-    "fallback",
-    "calibration_texts",
-    "min_agreement",
-    "lock_timeout",
-    "missing_cache",
-    "bundle",
-    "overlap",
-)
+OPTIONS = tuple(option.name for option in fields(OptimizeOptions))
 
 #: An option in Python's keyword form: ``precision=``, ``min_agreement['`` (not a config
 #: path such as ``after_pipeline_creation.calibration_texts``, nor a ``--flag``).
@@ -62,27 +45,8 @@ KEYWORD = re.compile(rf"(?<![\w.-])({'|'.join(OPTIONS)})(=|\[['\"])")
 BARE = re.compile(rf"(?<![\w.-])({'|'.join(name for name in OPTIONS if '_' in name)})\b")
 
 
-class Flags:
-    """A stand-in for the command line's terms: each option as a flag (``--precision bf16``,
-    ``--fallback``, ``--calibration-file FILE``, ``--min-agreement dep=BOUND``)."""
-
-    RENAMED = {"calibration_texts": "--calibration-file"}
-    PLACEHOLDERS = {"calibration_texts": "FILE", "min_agreement": "ANNOTATION=BOUND"}
-
-    def spell(self, advice: Advice) -> str:
-        flag = self.RENAMED.get(advice.option, "--" + advice.option.replace("_", "-"))
-        if advice.item is not None:
-            return f"{flag} {advice.item}=BOUND"
-        if advice.value is UNSET:
-            return flag
-        if advice.value is Ellipsis:
-            return f"{flag} {self.PLACEHOLDERS.get(advice.option, advice.option.upper())}"
-        if isinstance(advice.value, bool):
-            return flag if advice.value else f"--no-{flag[2:]}"
-        return f"{flag} {advice.value}"
-
-
-FLAGS_LIKE = Flags()
+#: The command line's terms: each option as its flag.
+FLAGS_LIKE = COMMAND_LINE
 
 #: Parts every error class is built with.
 PARTS = (

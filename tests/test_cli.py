@@ -131,7 +131,7 @@ def test_optimize_without_a_pipeline_is_one_line(
 
 def test_optimize_with_a_bad_option_is_one_line(bert_path: Path, cache_dir: Path):
     result = invoke("optimize", str(bert_path), "--precision", "fp8", "--cache-dir", str(cache_dir))
-    assert_one_line_error(result, "Unknown precision 'fp8'")
+    assert_one_line_error(result, "Unknown --precision 'fp8'")
 
 
 def test_bench_compares_with_pytorch(

@@ -11,13 +11,10 @@ import typer.models
 
 from spacy_accelerate.api import make_optimize_callback, optimize
 from spacy_accelerate.cli.optimize import optimize as optimize_command
+from spacy_accelerate.cli.terms import flag_of
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest
 
 OPTIONS = {f.name: f.default for f in fields(OptimizeOptions)}
-
-#: Options the command line spells its own way: a file of texts, and GPU settings (a
-#: nested mapping, given in Python or in the saved config).
-CLI_SPELLED_OTHERWISE = {"calibration_texts": "calibration_file", "gpu": None}
 
 
 def _defaults(function) -> dict[str, object]:
@@ -49,10 +46,13 @@ def test_the_command_line_takes_the_options_with_their_defaults():
         rich_markup_mode=None,
     )
     command = {parameter.name: parameter.default for parameter in click_command.params}
+    flags = {opt for parameter in click_command.params for opt in parameter.opts}
     for name, default in OPTIONS.items():
-        if name in CLI_SPELLED_OTHERWISE:
-            spelled = CLI_SPELLED_OTHERWISE[name]
-            assert spelled is None or spelled in command
+        flag = flag_of(name)  # the flag a message advises for it, as the command line has it
+        if flag is None:
             continue
-        assert name in command, f"--{name.replace('_', '-')} is missing from the command line"
+        assert flag in flags, f"{flag} is missing from the command line"
+        if flag != f"--{name.replace('_', '-')}":  # a file of texts instead of a list
+            continue
+        assert name in command, f"{flag} is missing from the command line"
         assert command[name] == default, name

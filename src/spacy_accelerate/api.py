@@ -115,62 +115,26 @@ def optimize(
     bundle: bool = True,
     overlap: bool = DEFAULT_OVERLAP,
 ) -> Language:
-    """Run every transformer of ``nlp`` on ONNX Runtime; mutate and return ``nlp``.
+    """Serve every transformer of ``nlp`` by ``provider`` (ONNX Runtime's providers or
+    OpenVINO) in ``precision``; mutate and return ``nlp``.
 
-    All or nothing: if any step fails for any component, every component is
-    left exactly as it was before the call (PyTorch, or an earlier
-    acceleration) and the error says why. Calling it on an optimized pipeline
-    re-optimizes it with the new options. Once accelerated, the pipeline is
-    inference-only until :func:`restore`, and ``nlp.to_disk`` saves it so that
-    ``spacy.load`` accelerates it again (see :mod:`spacy_accelerate.pipeline.persist`).
+    All or nothing: if any step fails for any component, every component is left exactly
+    as it was (PyTorch, or an earlier acceleration) and the error says why. Calling it on
+    an optimized pipeline re-optimizes it. The pipeline is inference-only until
+    :func:`restore`, and ``nlp.to_disk`` saves it so that ``spacy.load`` serves it again
+    (:mod:`spacy_accelerate.pipeline.persist`).
 
-    ``precision`` is ``fp32``, ``bf16``, ``fp16``, ``int8``, or ``auto``: the fastest
-    plan on this machine that passes the accuracy gate, timed on the calibration texts
-    (the choice is cached per CPU, so a warm start does not search again).
+    fp32 is held to PyTorch within ``tolerance``; a lossy precision (``int8``, ``bf16``,
+    ``fp16``) is judged by the whole pipeline's agreement with PyTorch fp32 on
+    ``calibration_texts`` (``min_cosine``, ``min_agreement``), and ``auto`` serves the
+    fastest plan here that passes. Every option, its default and which requests read it:
+    ``docs/api.md`` (the defaults live in :mod:`spacy_accelerate.options.config`). An
+    option that no plan of the request would read raises
+    :class:`~spacy_accelerate.errors.InvalidOptionError` naming it
+    (:mod:`spacy_accelerate.options.applicability`).
 
-    ``tolerance`` (fp32: largest absolute difference to PyTorch, default 1e-4 on a CPU,
-    1e-3 on a GPU) is fp32's gate. Every lossy plan (int8, bf16, fp16) is judged on
-    ``calibration_texts`` (default: a built-in English sample of mixed genres; only
-    their sha256 and count are saved with the pipeline): a cheap token cosine filter
-    first (``min_cosine``: fp16/bf16 0.999, int8 0.99, OpenVINO int8 0.995 on average),
-    then the whole pipeline annotates the texts and every annotation it sets must stay
-    as PyTorch fp32's on at least ``min_agreement`` of the units, the lower end of a
-    95% confidence interval counting: one number, or a mapping such as
-    ``{"dep": 0.97}`` (defaults: 99.5%; dependencies 98%; span and text categories 99%;
-    1.0: no change at all).
-    bf16 must also be within 0.05 point of PyTorch's own bf16 autocast. A plan that
-    fails raises :class:`~spacy_accelerate.errors.AgreementError` naming the
-    annotation, its rate and its bound. ``device_id`` and ``gpu`` (buckets, CUDA graphs,
-    TensorRT's builder: :class:`~spacy_accelerate.GpuOptions`) shape the GPU
-    providers. ``fallback=True`` walks TensorRT -> CUDA -> CPU
-    when a provider cannot run here, with a warning, instead of raising.
-    ``lock_timeout`` (seconds, default an hour) bounds the wait for another process
-    building the same model. ``missing_cache`` says what the pipeline does when it is
-    saved or pickled and loaded where its cache entry is missing: ``"rebuild"`` exports it
-    again, ``"pytorch"`` runs on PyTorch with a warning (this call always builds).
-    ``bundle`` (default True): ``nlp.to_disk`` saves the verified models beside the
-    pipeline, so that ``spacy.load`` serves them on any machine that can run them, with no
-    export or search (see :mod:`spacy_accelerate.provision.bundle`); False saves only the
-    options, and every machine builds from the pipeline's weights or its cache.
-    ``overlap`` (default True): ``nlp.pipe`` runs the transformer in a helper thread while
-    the components behind it annotate the batch before, where the pipeline has such
-    components and the process two CPUs or more (same documents, same order, same
-    annotations; see :mod:`spacy_accelerate.pipeline.overlap`). Unless ``threads`` is
-    given, the runtime then runs on one thread fewer where a timing of this pipeline on
-    this machine says that pays (:mod:`spacy_accelerate.pipeline.thread_split`).
-
-    An option that no plan of the request would read raises
-    :class:`~spacy_accelerate.errors.InvalidOptionError` naming it, the provider and
-    precision asked for and those that read it: ``tolerance=`` is fp32's;
-    ``min_cosine=``, ``min_agreement=`` and ``calibration_texts=`` the lossy precisions';
-    ``device_id=`` and ``gpu=`` the GPU providers'; ``fallback=True`` needs a provider other
-    than the CPU. ``auto`` (provider or precision) and ``fallback`` read what any plan they
-    may serve reads. A pipeline saved with such an option only logs a warning where it loads.
-
-    Once served, one INFO line per accelerated component on the ``spacy_accelerate`` logger
-    says what serves it: the provider and precision (as ``auto`` chose them), the plan, a
-    cache hit or an export, and the cache key (``transformer runs cpu int8 (every MatMul
-    int8), cache hit, key 1a2b3c4d5e6f``); the proxy's repr shows the same summary.
+    Once served, one INFO line per accelerated component on the ``spacy_accelerate``
+    logger says what serves it (provider, precision, plan, cache hit or export, key).
     """
     given = locals()
     options = OptimizeOptions(**{f.name: given[f.name] for f in fields(OptimizeOptions)})

@@ -70,9 +70,9 @@ class SideBySide:
     pytorch_seconds: list[float] = field(default_factory=list)
     variants: dict[str, VariantResult] = field(default_factory=dict)
     reference: list[Doc] = field(default_factory=list, repr=False, compare=False)
-    #: The variants that did not run, with the reason (see ``refusals`` of
-    #: :func:`side_by_side`).
-    failed: dict[str, str] = field(default_factory=dict)
+    #: The variants that did not run, with the error that refused them (see ``refusals``
+    #: of :func:`side_by_side`), which each interface spells in its own terms.
+    failed: dict[str, BaseException] = field(default_factory=dict)
 
     @property
     def pytorch_wps(self) -> float:
@@ -133,7 +133,9 @@ class SideBySide:
                 }
                 for name, result in self.variants.items()
             },
-            "failed": dict(self.failed),
+            "failed": {
+                name: str(error) or type(error).__name__ for name, error in self.failed.items()
+            },
         }
 
 
@@ -222,7 +224,7 @@ class _Alternation:
     ) -> None:
         self.nlp, self.texts, self.batch_size = nlp, texts, batch_size
         self.base, self.chosen, self.refusals = base, chosen, refusals
-        self.failed: dict[str, str] = {}
+        self.failed: dict[str, BaseException] = {}
         self.warm: dict[str, list[Doc]] = {}
         self.served: dict[str, dict[str, tuple[str, str]]] = {}
         self.first: dict[str, float] = {}
@@ -277,7 +279,7 @@ class _Alternation:
         try:
             self.chosen[name].apply(self.nlp)
         except self.refusals as error:
-            self.failed[name] = str(error) or type(error).__name__
+            self.failed[name] = error
             del self.chosen[name]
             self.base.apply(self.nlp)
             return False

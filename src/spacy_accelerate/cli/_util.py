@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from spacy_accelerate._version import __version__
-from spacy_accelerate.cli.terms import cli_terms
+from spacy_accelerate.cli.terms import cli_message
 from spacy_accelerate.options.providers import PROVIDERS
 
 if TYPE_CHECKING:
@@ -128,11 +128,11 @@ def reported_errors() -> tuple[type[Exception], ...]:
 
 
 def one_line(error: BaseException | str) -> str:
-    """``error``'s message on one line, in the command line's terms."""
-    message = " ".join(str(error).split())
+    """``error``'s message on one line, its advice spelled as flags (:mod:`.terms`)."""
+    message = " ".join(cli_message(error).split())
     if not message and isinstance(error, BaseException):
         message = type(error).__name__
-    return cli_terms(message)
+    return message
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.errors import Advice, InvalidOptionError, joined, spelled
-from spacy_accelerate.options.agreement import parse_min_agreement
+from spacy_accelerate.options.agreement import AgreementBounds, parse_min_agreement
 from spacy_accelerate.options.applicability import inapplicable
 from spacy_accelerate.options.config import (
     DEFAULT_CALIBRATED_INT8_MIN_COSINE,
@@ -94,11 +94,45 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
     :mod:`~.applicability`) is an error too; where the options are ``saved`` with a
     pipeline (loaded where another provider serves it, or overridden at load) it is only
     a warning: a pipeline that loaded before must keep loading."""
+    parsed_provider = parse_provider(options.provider)
+    parsed_precision = parse_precision(options.precision)
+    bounds = _checked_numbers(options)
+    gpu_options = parse_gpu_options(options.gpu, device_id=options.device_id)
+    problem = check_gpu_options(parsed_provider, gpu_options)
+    if problem is not None:
+        raise InvalidOptionError(*problem)
+    texts = _parse_texts(options.calibration_texts)
+    _check_applicable(options, parsed_provider, parsed_precision, gpu_options, saved=saved)
+    cache_dir, tolerance, min_cosine = options.cache_dir, options.tolerance, options.min_cosine
+    threads, lock_timeout = options.threads, options.lock_timeout
+    return OptimizeConfig(
+        provider=parsed_provider,
+        precision=parsed_precision,
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        warmup=bool(options.warmup),
+        overlap=bool(options.overlap),
+        verify=bool(options.verify),
+        tolerance=float(tolerance) if tolerance is not None else None,
+        min_cosine=float(min_cosine) if min_cosine is not None else None,
+        intra_op_threads=threads if threads is not None else default_threads(),
+        gpu=gpu_options,
+        fallback=bool(options.fallback),
+        calibration_texts=texts,
+        min_agreement=bounds,
+        calibration_sha256=texts_digest(texts) if texts is not None else None,
+        calibration_count=len(texts) if texts is not None else None,
+        lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
+        missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
+        bundle=bool(options.bundle),
+    )
+
+
+def _checked_numbers(options: OptimizeOptions) -> AgreementBounds:
+    """Refuse a number out of its range (``tolerance``, ``min_cosine``, ``threads``,
+    ``lock_timeout``); ``min_agreement`` as bounds."""
     tolerance, min_cosine = options.tolerance, options.min_cosine
     min_agreement, threads = options.min_agreement, options.threads
     lock_timeout = options.lock_timeout
-    parsed_provider = parse_provider(options.provider)
-    parsed_precision = parse_precision(options.precision)
     if tolerance is not None and not (isinstance(tolerance, int | float) and 0 < tolerance < 1):
         raise InvalidOptionError(
             Advice("tolerance"),
@@ -128,33 +162,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
             f" must be a number of seconds (0 or more), got {lock_timeout!r}; "
             f"the default is {DEFAULT_LOCK_TIMEOUT:g}.",
         )
-    gpu_options = parse_gpu_options(options.gpu, device_id=options.device_id)
-    problem = check_gpu_options(parsed_provider, gpu_options)
-    if problem is not None:
-        raise InvalidOptionError(*problem)
-    texts = _parse_texts(options.calibration_texts)
-    _check_applicable(options, parsed_provider, parsed_precision, gpu_options, saved=saved)
-    cache_dir = options.cache_dir
-    return OptimizeConfig(
-        provider=parsed_provider,
-        precision=parsed_precision,
-        cache_dir=Path(cache_dir) if cache_dir is not None else None,
-        warmup=bool(options.warmup),
-        overlap=bool(options.overlap),
-        verify=bool(options.verify),
-        tolerance=float(tolerance) if tolerance is not None else None,
-        min_cosine=float(min_cosine) if min_cosine is not None else None,
-        intra_op_threads=threads if threads is not None else default_threads(),
-        gpu=gpu_options,
-        fallback=bool(options.fallback),
-        calibration_texts=texts,
-        min_agreement=bounds,
-        calibration_sha256=texts_digest(texts) if texts is not None else None,
-        calibration_count=len(texts) if texts is not None else None,
-        lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
-        missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
-        bundle=bool(options.bundle),
-    )
+    return bounds
 
 
 def _given(options: OptimizeOptions, gpu: GpuOptions, *, saved: bool) -> list[str]:
