@@ -231,20 +231,20 @@ def test_an_unsupported_pair_reads_right_both_ways():
 def test_an_option_the_request_ignores_reads_right_both_ways():
     error = _refusal("cpu", "fp32", min_agreement=0.9)
     assert str(error) == (
-        "min_agreement applies to precision 'int8', 'bf16', 'fp16' or 'auto' (a lossy plan's "
+        "min_agreement applies to precision='fp16', 'bf16', 'int8' or 'auto' (a lossy plan's "
         "annotations of the calibration texts are judged on it); provider='cpu' with "
         "precision='fp32' is checked to tolerance instead (its parity with PyTorch). Drop "
         "min_agreement, or ask for precision='int8' or 'auto'."
     )
     assert _reads_right_in_flags(error) == (
-        "--min-agreement applies to --precision 'int8', 'bf16', 'fp16' or 'auto' (a lossy "
+        "--min-agreement applies to --precision fp16, bf16, int8 or auto (a lossy "
         "plan's annotations of the calibration texts are judged on it); --provider cpu with "
         "--precision fp32 is checked to --tolerance instead (its parity with PyTorch). Drop "
-        "--min-agreement, or ask for --precision int8 or 'auto'."
+        "--min-agreement, or ask for --precision int8 or auto."
     )
     several = _refusal("cpu", "fp32", device_id=1, fallback=True)
     assert "Drop device_id, or ask for provider='cuda' or 'tensorrt'. fallback=True" in str(several)
-    assert "Drop --device-id, or ask for --provider cuda or 'tensorrt'. --fallback applies" in (
+    assert "Drop --device-id, or ask for --provider cuda or tensorrt. --fallback applies" in (
         _reads_right_in_flags(several)
     )
 

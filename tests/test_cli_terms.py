@@ -61,7 +61,7 @@ def test_other_errors_are_shown_as_they_are():
     [
         (["--provider", "cpu", "--precision", "bf16"], "--provider cpu with --precision bf16 is"),
         (["--precision", "fp8"], "Unknown --precision 'fp8'"),
-        (["--min-agreement", "0.9"], "--min-agreement applies to --precision 'int8'"),
+        (["--min-agreement", "0.9"], "--min-agreement applies to --precision fp16"),
         (["--precision", "int8", "--min-agreement", "deps=0.9"], "--min-agreement has no"),
         (["--provider", "cpu", "--fallback"], "Drop --fallback."),
     ],

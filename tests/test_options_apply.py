@@ -24,21 +24,27 @@ TEXTS = ["A calibration text like the ones you will process ."]
 #: (provider, precision, option as given, the option as messages name it in Python's terms,
 #: a phrase of where it applies)
 IGNORED = [
-    ("cpu", "fp32", {"min_agreement": 0.5}, "min_agreement", "'int8', 'bf16', 'fp16' or 'auto'"),
-    ("cpu", "fp32", {"min_cosine": 0.99}, "min_cosine", "'int8', 'bf16', 'fp16' or 'auto'"),
-    ("cpu", "fp32", {"calibration_texts": TEXTS}, "calibration_texts", "'int8', 'bf16'"),
-    ("openvino", "fp32", {"calibration_texts": TEXTS}, "calibration_texts", "'int8', 'bf16'"),
-    ("auto", "fp32", {"min_agreement": {"dep": 0.9}}, "min_agreement", "'int8', 'bf16'"),
-    ("cuda", "fp32", {"min_cosine": 0.99}, "min_cosine", "'int8', 'bf16', 'fp16' or 'auto'"),
-    ("cpu", "int8", {"tolerance": 1e-3}, "tolerance", "precision 'fp32' or 'auto'"),
-    ("openvino", "bf16", {"tolerance": 1e-3}, "tolerance", "precision 'fp32' or 'auto'"),
-    ("cuda", "fp16", {"tolerance": 1e-3}, "tolerance", "precision 'fp32' or 'auto'"),
-    ("cpu", "fp32", {"device_id": 1}, "device_id", "provider 'cuda', 'tensorrt' or 'auto'"),
-    ("openvino", "int8", {"device_id": 0}, "device_id", "provider 'cuda', 'tensorrt'"),
-    ("cpu", "int8", {"gpu": {"cuda_graph": True}}, "gpu", "provider 'cuda', 'tensorrt'"),
-    ("openvino", "auto", {"gpu": {"batch_buckets": [8]}}, "gpu", "provider 'cuda'"),
-    ("cpu", "fp32", {"fallback": True}, "fallback=True", "provider 'cuda', 'tensorrt', 'openvino'"),
-    ("cpu", "auto", {"fallback": True}, "fallback=True", "provider 'cuda', 'tensorrt', 'openvino'"),
+    ("cpu", "fp32", {"min_agreement": 0.5}, "min_agreement", "'fp16', 'bf16', 'int8' or 'auto'"),
+    ("cpu", "fp32", {"min_cosine": 0.99}, "min_cosine", "'fp16', 'bf16', 'int8' or 'auto'"),
+    ("cpu", "fp32", {"calibration_texts": TEXTS}, "calibration_texts", "'fp16', 'bf16', 'int8'"),
+    (
+        "openvino",
+        "fp32",
+        {"calibration_texts": TEXTS},
+        "calibration_texts",
+        "'fp16', 'bf16', 'int8'",
+    ),
+    ("auto", "fp32", {"min_agreement": {"dep": 0.9}}, "min_agreement", "'fp16', 'bf16', 'int8'"),
+    ("cuda", "fp32", {"min_cosine": 0.99}, "min_cosine", "'fp16', 'bf16', 'int8' or 'auto'"),
+    ("cpu", "int8", {"tolerance": 1e-3}, "tolerance", "precision='fp32' or 'auto'"),
+    ("openvino", "bf16", {"tolerance": 1e-3}, "tolerance", "precision='fp32' or 'auto'"),
+    ("cuda", "fp16", {"tolerance": 1e-3}, "tolerance", "precision='fp32' or 'auto'"),
+    ("cpu", "fp32", {"device_id": 1}, "device_id", "provider='cuda', 'tensorrt' or 'auto'"),
+    ("openvino", "int8", {"device_id": 0}, "device_id", "provider='cuda', 'tensorrt'"),
+    ("cpu", "int8", {"gpu": {"cuda_graph": True}}, "gpu", "provider='cuda', 'tensorrt'"),
+    ("openvino", "auto", {"gpu": {"batch_buckets": [8]}}, "gpu", "provider='cuda'"),
+    ("cpu", "fp32", {"fallback": True}, "fallback=True", "provider='cuda', 'tensorrt', 'openvino'"),
+    ("cpu", "auto", {"fallback": True}, "fallback=True", "provider='cuda', 'tensorrt', 'openvino'"),
 ]
 
 
@@ -59,7 +65,7 @@ def test_the_message_says_what_is_checked_instead_and_what_to_ask_for() -> None:
     with pytest.raises(InvalidOptionError) as refused:
         build_config("cpu", "fp32", calibration_texts=TEXTS)
     assert str(refused.value) == (
-        "calibration_texts applies to precision 'int8', 'bf16', 'fp16' or 'auto' (they are "
+        "calibration_texts applies to precision='fp16', 'bf16', 'int8' or 'auto' (they are "
         "judged on it); provider='cpu' with precision='fp32' is checked to tolerance instead "
         "(its parity with PyTorch). Drop calibration_texts, or ask for precision='int8' or "
         "'auto'."
@@ -162,8 +168,8 @@ def test_a_saved_pipeline_with_an_option_that_does_not_apply_warns_and_loads(
         loaded = spacy.load(saved)
     assert spacy_accelerate.is_optimized(loaded)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("min_cosine applies to precision 'int8'" in w for w in warnings), warnings
-    assert any("min_agreement applies to precision 'int8'" in w for w in warnings), warnings
+    assert any("min_cosine applies to precision='fp16'" in w for w in warnings), warnings
+    assert any("min_agreement applies to precision='fp16'" in w for w in warnings), warnings
     assert all("is ignored" in w for w in warnings if "applies to" in w)
     (proxy,) = spacy_accelerate.accelerated_components(loaded).values()
     assert proxy.session.config.precision is Precision.FP32
@@ -178,7 +184,7 @@ def test_a_load_time_override_that_does_not_apply_warns_and_loads(
     with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):
         loaded = spacy.load(tmp_path / "saved", config=override)
     assert spacy_accelerate.is_optimized(loaded)
-    assert "device_id applies to provider 'cuda'" in caplog.text
+    assert "device_id applies to provider='cuda'" in caplog.text
     assert "fallback=True applies to provider" in caplog.text
 
 

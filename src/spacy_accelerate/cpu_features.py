@@ -9,7 +9,7 @@ The library decides several things by the CPU it runs on:
 
 All of them read :func:`cpu_features`, so a test can put another CPU in its place with
 :func:`simulated` and check what the library would do there. What a runtime makes of
-these features (which kernels OpenVINO compiles, what its plugin reports) is the rule of
+these features (which kernels a runtime compiles, what its plugin reports) is the rule of
 that runtime's backend, which reads them from here; this module knows no runtime.
 """
 
@@ -28,8 +28,8 @@ VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
 #: The AVX-512 subsets oneDNN's ``avx512_core`` needs (its VNNI and bf16 levels build on it).
 AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
-#: The instruction sets that select ONNX Runtime's int8 kernels (MLAS): AVX2's u8s8 path
-#: can saturate where the VNNI and AMX ones do not.
+#: The instruction sets an x86 int8 kernel is chosen by: AVX2's u8 x s8 product can
+#: saturate where the VNNI and AMX ones do not.
 INT8_KERNEL_FLAGS = frozenset(
     {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8", "amx_tile"}
 )
@@ -70,14 +70,14 @@ class CpuFeatures:
 
     @property
     def int8_products_saturate(self) -> bool:
-        """Whether ONNX Runtime's x86 int8 kernels multiply u8 by s8 with ``vpmaddubsw``,
-        whose 16-bit sums saturate: an x86 CPU without VNNI. ONNX Runtime's quantization
-        documentation recommends 7-bit weights (``reduce_range``) there."""
+        """Whether an int8 product here is u8 by s8 with ``vpmaddubsw``, whose 16-bit sums
+        saturate: an x86 CPU without VNNI (what a runtime does about it, such as 7-bit
+        weights, is its backend's rule)."""
         return self.x86 and not self.flags & VNNI_FLAGS
 
     @property
     def int8_kernels(self) -> tuple[str, ...]:
-        """The flags that decide which int8 kernels ONNX Runtime runs, sorted."""
+        """The flags an x86 int8 kernel is chosen by, sorted (a runtime's cache key)."""
         return tuple(sorted(self.flags & INT8_KERNEL_FLAGS))
 
     def without_bf16(self) -> CpuFeatures:

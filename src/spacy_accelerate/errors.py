@@ -14,7 +14,7 @@ line in its flags (``--precision bf16``), from the same parts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -29,10 +29,23 @@ UNSET: Any = _Unset()
 
 
 @dataclass(frozen=True)
+class OneOf:
+    """Several values a message offers for one option (``Advice("precision",
+    OneOf(("int8", "auto")))``), which each interface joins in its own way."""
+
+    values: tuple[Any, ...]
+
+    def joined(self, spell: Callable[[Any], str]) -> str:
+        """The values spelled by ``spell``: ``a``, ``a or b``, ``a, b or c``."""
+        listed = [spell(value) for value in self.values]
+        return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " or " + listed[-1]
+
+
+@dataclass(frozen=True)
 class Advice:
     """An option of ``optimize()`` a message names (``value`` UNSET), advises a value of
-    (``Advice("precision", "bf16")``; ``...``: a value the user supplies), or one item of
-    (``item``: ``min_agreement['dep']``), by its keyword name."""
+    (``Advice("precision", "bf16")``; :class:`OneOf` several; ``...``: a value the user
+    supplies), or one item of (``item``: ``min_agreement['dep']``), by its keyword name."""
 
     option: str
     value: Any = UNSET
@@ -56,6 +69,8 @@ class PythonTerms:
             return advice.option
         if advice.value is Ellipsis:
             return f"{advice.option}=..."
+        if isinstance(advice.value, OneOf):
+            return f"{advice.option}={advice.value.joined(repr)}"
         return f"{advice.option}={advice.value!r}"
 
 

@@ -41,7 +41,7 @@ from spacy_accelerate.options.config import (
     check_gpu_options,
     check_supported,
 )
-from spacy_accelerate.options.providers import PROVIDERS
+from spacy_accelerate.options.providers import PROVIDERS, ProviderSpec
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider, torch_cuda_problem
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -67,7 +67,19 @@ def _load(path: str) -> Backend:
 
 def backend_for(provider: Provider) -> Backend:
     """The backend serving ``provider`` (a concrete one: ``auto`` is resolved first)."""
-    return _load(PROVIDERS[provider].backend)
+    return _load(registered(provider).backend)
+
+
+def registered(provider: Provider) -> ProviderSpec:
+    """``provider``'s row of the table; a provider read back from a saved pipeline or a
+    cache entry that no package registered here is a provider this machine cannot use."""
+    if provider not in PROVIDERS:
+        raise ProviderUnavailableError(
+            Advice("provider", provider.value),
+            " is not registered here: import the package that registers it before loading "
+            f"the pipeline, or ask for one of {PROVIDERS.choices()}.",
+        )
+    return PROVIDERS[provider]
 
 
 def backends() -> list[Backend]:
@@ -154,6 +166,8 @@ def check_provider(config: OptimizeConfig) -> ResolvedProvider:
     """Resolve ``auto``, then make sure the provider is installed and served."""
     installed = available_providers()
     provider = config.provider
+    if provider is not Provider.AUTO:
+        registered(provider)
     if provider is Provider.AUTO:
         candidates = auto_candidates(config)
         if not candidates:
@@ -232,6 +246,7 @@ def fallback_chain(config: OptimizeConfig) -> list[OptimizeConfig]:
     else:
         # The request itself must be valid: fallback never turns a pair this release
         # does not serve (cpu fp16, cuda int8) into another.
+        registered(config.provider)
         check_supported(config.provider, config.precision)
         if not config.fallback:
             return [config]

@@ -7,12 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spacy_accelerate.options.config import LOSSY, Precision, parse_precision
+from spacy_accelerate.options.config import parse_precision
+from spacy_accelerate.options.precision import JUDGED
 from spacy_accelerate.options.request import build_config
-
-#: The precisions whose plans are judged by their annotations on calibration texts: the
-#: only ones that read ``min_agreement`` and ``calibration_texts``.
-JUDGED = LOSSY | {Precision.AUTO}
 
 
 def precision_variants(
@@ -22,9 +19,9 @@ def precision_variants(
     dropped) on ``provider``, by precision.
 
     ``judging`` (``min_agreement``, ``calibration_texts``) goes to the precisions that
-    read it (:data:`JUDGED`); where none of them does, to every variant, so that
-    ``optimize()`` refuses it rather than the benchmark dropping it unsaid. Every variant
-    is validated here."""
+    read it (:data:`~spacy_accelerate.options.precision.JUDGED`); where none of them
+    does, to every variant, so that ``optimize()`` refuses it rather than the benchmark
+    dropping it unsaid. Every variant is validated here."""
     asked = {given: parse_precision(given) for given in dict.fromkeys(precisions)}
     judged = {given for given, parsed in asked.items() if parsed in JUDGED}
     variants = {

@@ -27,6 +27,7 @@ import typer
 
 from spacy_accelerate._version import __version__
 from spacy_accelerate.cli.terms import cli_message
+from spacy_accelerate.options.precision import JUDGED, Precision
 from spacy_accelerate.options.providers import PROVIDERS
 
 if TYPE_CHECKING:
@@ -71,10 +72,15 @@ CacheDir = Annotated[
     Path | None,
     typer.Option("--cache-dir", help="Model cache (default: $SPACY_ACCELERATE_CACHE or ~/.cache)."),
 ]
-Provider = Annotated[str, typer.Option(help=f"{PROVIDERS.choices()}.")]
-Precision = Annotated[
+#: The precisions, and those judged on calibration texts (the lossy ones, and auto).
+_PRECISIONS = ", ".join(precision.value for precision in Precision)
+_JUDGED = ", ".join(precision.value for precision in Precision if precision in JUDGED)
+ProviderOption = Annotated[str, typer.Option("--provider", help=f"{PROVIDERS.choices()}.")]
+PrecisionOption = Annotated[
     str,
-    typer.Option(help="fp32, fp16, bf16, int8, or auto (the fastest plan that passes the gate)."),
+    typer.Option(
+        "--precision", help=f"{_PRECISIONS} (auto: the fastest plan that passes the gate)."
+    ),
 ]
 PipelineArg = Annotated[
     str,
@@ -95,12 +101,12 @@ Code = Annotated[
 ]
 CalibrationFile = Annotated[
     Path | None,
-    typer.Option(help="int8, bf16, fp16, auto: UTF-8 texts like yours, one per line, to judge on."),
+    typer.Option(help=f"{_JUDGED}: UTF-8 texts like yours, one per line, to judge on."),
 ]
 MinAgreement = Annotated[
     str | None,
     typer.Option(
-        help="int8, bf16, fp16, auto: least share of units whose annotations must stay as "
+        help=f"{_JUDGED}: least share of units whose annotations must stay as "
         "PyTorch's: one number (0.99) or per annotation (dep=0.97,tag=0.995)."
     ),
 ]

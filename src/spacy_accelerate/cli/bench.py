@@ -19,7 +19,7 @@ from spacy_accelerate.cli._util import (
     CommandError,
     MinAgreement,
     PipelineArg,
-    Provider,
+    ProviderOption,
     Quiet,
     Verbose,
     agreement_bounds,
@@ -63,7 +63,7 @@ Gold = Annotated[
 def bench(
     pipeline: PipelineArg,
     texts_file: TextsFile = None,
-    provider: Provider = "cpu",
+    provider: ProviderOption = "cpu",
     precision: Precisions = ["fp32"],  # noqa: B006 - typer reads the default, never mutates it
     batch_size: BatchSize = 64,
     repeats: Repeats = 3,

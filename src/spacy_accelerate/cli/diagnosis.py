@@ -21,8 +21,9 @@ from spacy_accelerate.backends.registry import (
     listed_providers,
 )
 from spacy_accelerate.cache.root import default_cache_dir
+from spacy_accelerate.cli.terms import cli_message
 from spacy_accelerate.cpu_features import cpu_features
-from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.errors import ProviderUnavailableError
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
@@ -134,15 +135,14 @@ def _cpu() -> str:
 
 
 def _provider_status(provider: Provider) -> ProviderStatus:
+    row = PROVIDERS[provider]
     try:
-        check_provider(build_config(provider, Precision.FP32))
+        check_provider(build_config(provider, row.precisions[0]))
     except ProviderUnavailableError as error:
         if provider in listed_providers():  # installed, but it cannot run here
-            return ProviderStatus(provider, False, f"unusable: {error}")
+            return ProviderStatus(provider, False, f"unusable: {cli_message(error)}")
         return ProviderStatus(provider, False, f"missing: {install_hint(provider)}")
-    except InvalidOptionError:
-        return ProviderStatus(provider, True, "installed; not served by this release yet")
-    return ProviderStatus(provider, True, "available")
+    return ProviderStatus(provider, True, f"available ({row.summary})")
 
 
 def diagnose(cache_dir: Path | None = None) -> Diagnosis:

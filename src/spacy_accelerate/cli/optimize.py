@@ -15,8 +15,8 @@ from spacy_accelerate.cli._util import (
     Code,
     MinAgreement,
     PipelineArg,
-    Precision,
-    Provider,
+    PrecisionOption,
+    ProviderOption,
     Quiet,
     Verbose,
     agreement_bounds,
@@ -51,7 +51,11 @@ DeviceId = Annotated[
     int | None, typer.Option(min=0, help="CUDA device, for the providers on an NVIDIA GPU.")
 ]
 Fallback = Annotated[
-    bool, typer.Option(help="Fall back TensorRT -> CUDA -> CPU instead of failing.")
+    bool,
+    typer.Option(
+        help="Where the provider cannot run here, serve on the next of its fallback chain "
+        "(towards the CPU) instead of failing."
+    ),
 ]
 LockTimeout = Annotated[
     float | None,
@@ -82,8 +86,8 @@ Overlap = Annotated[
 @app.command()
 def optimize(
     pipeline: PipelineArg,
-    provider: Provider = "auto",
-    precision: Precision = "fp32",
+    provider: ProviderOption = "auto",
+    precision: PrecisionOption = "fp32",
     cache_dir: CacheDir = None,
     output: Output = None,
     warmup: Warmup = True,

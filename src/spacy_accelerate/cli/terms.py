@@ -11,7 +11,7 @@ before spaCy is loaded.
 
 from __future__ import annotations
 
-from spacy_accelerate.errors import PYTHON, UNSET, Advice, SpacyAccelerateError
+from spacy_accelerate.errors import PYTHON, UNSET, Advice, OneOf, SpacyAccelerateError
 
 #: Options the command line takes another way: a file of texts instead of a list, and
 #: GPU settings (a nested mapping, given in Python or in the saved config: no flag).
@@ -29,7 +29,8 @@ def flag_of(option: str) -> str | None:
 
 
 class CommandLineTerms:
-    """Advice as flags: ``--precision bf16``, ``--fallback`` / ``--no-fallback``,
+    """Advice as flags: ``--precision bf16``, ``--precision int8 or auto``, ``--fallback`` /
+    ``--no-fallback``,
     ``--calibration-file FILE``, ``--min-agreement dep=BOUND``; an option without a flag
     keeps its Python spelling (``gpu={...}``, in the saved config)."""
 
@@ -46,6 +47,8 @@ class CommandLineTerms:
             return f"{flag} {PLACEHOLDERS.get(advice.option, advice.option.upper())}"
         if isinstance(value, bool):
             return flag if value else f"--no-{flag[2:]}"
+        if isinstance(value, OneOf):
+            return f"{flag} {value.joined(str)}"
         return f"{flag} {value}"
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from spacy_accelerate.errors import Advice, Said
+from spacy_accelerate.errors import Advice, OneOf, Said
 from spacy_accelerate.options.precision import LOSSY, Precision
 from spacy_accelerate.options.providers import PROVIDERS, Provider
 
@@ -57,11 +57,6 @@ def served_pairs(provider: Provider, precision: Precision, fallback: bool) -> se
         first = providers[0] if provider is not Provider.AUTO else None
         pairs |= {_served_as(p, precision) for p in providers if p is not first}
     return pairs
-
-
-def _quoted(values: Iterable[str]) -> str:
-    listed = [repr(value) for value in values]
-    return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " or " + listed[-1]
 
 
 @dataclass(frozen=True)
@@ -103,11 +98,11 @@ def _providers_where(reads: Callable[[Provider, Precision], bool]) -> list[str]:
 
 def _one_of(option: str, values: list[str]) -> Said:
     """``option`` set to one of ``values``: ``precision='int8', 'bf16' or 'auto'``."""
-    return (Advice(option, values[0]), _quoted(values)[len(repr(values[0])) :])
+    return (Advice(option, OneOf(tuple(values))),)
 
 
 def _gpu_where(why: str) -> Callable[[], Said]:
-    return lambda: (Advice("provider"), f" {_quoted([*_providers_where(_on_gpu), 'auto'])} ({why})")
+    return lambda: (*_one_of("provider", [*_providers_where(_on_gpu), "auto"]), f" ({why})")
 
 
 def _ask_gpu(_provider: Provider, _precision: Precision) -> Said:
@@ -115,9 +110,9 @@ def _ask_gpu(_provider: Provider, _precision: Precision) -> Said:
 
 
 def _fallback_where() -> Said:
-    names = _quoted([*_providers_where(_falls_back), "auto"])
     last = PROVIDERS.last_resort().value
-    return (Advice("provider"), f" {names} (they fall back towards {last!r})")
+    names = _one_of("provider", [*_providers_where(_falls_back), "auto"])
+    return (*names, f" (they fall back towards {last!r})")
 
 
 def _ask_lossy(provider: Provider, _precision: Precision) -> Said:
@@ -132,7 +127,8 @@ def _lossy_is_checked_instead(_provider: Provider, precision: Precision) -> Said
 
 
 def _lossy_where(why: str) -> Callable[[], Said]:
-    return lambda: (Advice("precision"), f" 'int8', 'bf16', 'fp16' or 'auto' ({why})")
+    lossy = [precision.value for precision in Precision if precision in LOSSY]
+    return lambda: (*_one_of("precision", [*lossy, "auto"]), f" ({why})")
 
 
 RULES: tuple[Rule, ...] = (
@@ -140,8 +136,8 @@ RULES: tuple[Rule, ...] = (
         Advice("tolerance"),
         _fp32,
         lambda: (
-            Advice("precision"),
-            " 'fp32' or 'auto' (the largest absolute difference fp32 may have to PyTorch)",
+            *_one_of("precision", [Precision.FP32.value, Precision.AUTO.value]),
+            " (the largest absolute difference fp32 may have to PyTorch)",
         ),
         lambda _p, _q: (
             "is judged by ",

@@ -19,3 +19,8 @@ class Precision(str, Enum):
 #: The precisions that lose accuracy: each of their plans is judged by the pipeline's
 #: agreement with PyTorch fp32 on calibration texts (``min_agreement``).
 LOSSY: frozenset[Precision] = frozenset({Precision.FP16, Precision.BF16, Precision.INT8})
+
+#: The precisions whose plans are judged by their annotations of calibration texts: the
+#: only ones that read ``min_agreement`` and ``calibration_texts`` (``auto`` may serve a
+#: lossy plan).
+JUDGED: frozenset[Precision] = LOSSY | {Precision.AUTO}

@@ -42,8 +42,8 @@ class Provider(str):
     def __new__(cls, name: str) -> Provider:
         text = str.__str__(name)
         interned = cls._interned.get(text)
-        if interned is None:
-            interned = cls._interned[text] = super().__new__(cls, text)
+        if interned is None:  # setdefault: two threads naming it first get one object
+            interned = cls._interned.setdefault(text, super().__new__(cls, text))
         return interned
 
     @property
@@ -75,7 +75,7 @@ class ProviderSpec:
     fallback: Provider | None
     #: Lower runs first under ``provider="auto"`` (its backend may move it on some CPUs).
     auto_rank: int
-    #: What it runs on, in a few words (``doctor``, ``--help``).
+    #: What it runs on, in a few words (``doctor``'s provider lines).
     summary: str
     #: Whether it runs on an NVIDIA GPU (torch CUDA tensors, IO binding, buckets).
     gpu: bool = False
@@ -106,16 +106,18 @@ class ProviderTable:
                 f"provider {spec.provider.value!r} falls back to {spec.fallback.value!r}, "
                 "which is not registered: register the provider it falls back to first"
             )
-        if spec.fallback is None and self._rows and self.last_resort() is not spec.provider:
+        if spec.fallback is None and self._rows and self.last_resort() != spec.provider:
             raise ValueError(f"provider {spec.provider.value!r} needs a fallback")
+        if spec.fallback is not None and spec.provider in self.fallback_chain(spec.fallback):
+            raise ValueError(f"provider {spec.provider.value!r} would fall back to itself")
         self._rows[spec.provider] = spec
         return spec
 
-    def remove(self, provider: Provider) -> None:
+    def remove(self, provider: str) -> None:
         """Take ``provider``'s row out (a test's throwaway backend)."""
-        if any(row.fallback is provider for row in self._rows.values()):
-            raise ValueError(f"other providers fall back to {provider.value!r}")
-        del self._rows[provider]
+        if any(row.fallback == provider for row in self._rows.values()):
+            raise ValueError(f"other providers fall back to {provider!r}")
+        del self._rows[Provider(provider)]
 
     def __contains__(self, provider: object) -> bool:
         return provider in self._rows
@@ -129,13 +131,12 @@ class ProviderTable:
     def names(self) -> tuple[Provider, ...]:
         return tuple(self._rows)
 
-    def ranked(self) -> tuple[ProviderSpec, ...]:
-        """The rows in ``auto``'s table order (before any backend's hardware rule)."""
-        return tuple(sorted(self._rows.values(), key=lambda row: row.auto_rank))
-
     def last_resort(self) -> Provider:
         """The provider every fallback ends on: the one row with no fallback."""
-        return next(row.provider for row in self._rows.values() if row.fallback is None)
+        last = [row.provider for row in self._rows.values() if row.fallback is None]
+        if not last:
+            raise LookupError("no provider is registered")
+        return last[0]
 
     def fallback_chain(self, provider: Provider) -> tuple[Provider, ...]:
         """``provider``, then each provider ``fallback=True`` tries after it, in order."""

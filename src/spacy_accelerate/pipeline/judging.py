@@ -27,7 +27,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, Said, spelled
+from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, OneOf, Said, spelled
 from spacy_accelerate.options.agreement import AgreementBounds, Annotation
 from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
 from spacy_accelerate.pipeline.annotating import annotate, annotated
@@ -238,8 +238,8 @@ def _refuse(annotation: Annotation, finding: Said) -> NoReturn:
         "The pipeline's ",
         *finding,
         ", so this plan was not served and the pipeline is unchanged. Use ",
-        Advice("precision", "fp32"),
-        " (or 'auto', the fastest plan that passes), calibrate on texts like yours (",
+        Advice("precision", OneOf(("fp32", "auto"))),
+        " (auto: the fastest plan that passes), calibrate on texts like yours (",
         Advice("calibration_texts", ...),
         "), or lower the bound of that annotation (",
         Advice("min_agreement", item=annotation.value),

@@ -60,7 +60,7 @@ from spacy_accelerate.backends.openvino.session import (
     import_openvino,
     speed_baseline,
 )
-from spacy_accelerate.errors import Advice, ConversionError, Said
+from spacy_accelerate.errors import Advice, ConversionError, OneOf, Said
 from spacy_accelerate.options.config import Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.providers import PROVIDERS
@@ -251,8 +251,8 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
 
     advice: Said = (
         "Use ",
-        Advice("precision", "bf16"),
-        " or 'fp32', calibrate on texts like yours (",
+        Advice("precision", OneOf(("bf16", "fp32"))),
+        ", calibrate on texts like yours (",
         Advice("calibration_texts", ...),
         "), or lower ",
         Advice("min_cosine"),

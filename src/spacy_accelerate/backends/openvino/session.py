@@ -45,7 +45,7 @@ from spacy_accelerate.cpu_features import (
     cpu_features,
     is_this_cpu,
 )
-from spacy_accelerate.errors import Advice, PrecisionUnavailableError
+from spacy_accelerate.errors import Advice, OneOf, PrecisionUnavailableError
 from spacy_accelerate.options.config import OptimizeConfig, Precision
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
@@ -163,8 +163,8 @@ def check_precision(precision: Precision) -> None:
             Advice("precision", "bf16"),
             " needs a CPU with bf16 arithmetic (AVX512_BF16 or AMX-BF16), which this CPU does "
             "not have. Use ",
-            Advice("precision", "fp32"),
-            " (or 'int8'), or pass ",
+            Advice("precision", OneOf(("fp32", "int8"))),
+            ", or pass ",
             Advice("fallback", True),
             " to be served fp32 by ONNX Runtime here.",
         )
