@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from typer.testing import CliRunner
 import spacy_accelerate
 from spacy_accelerate.backends import registry
 from spacy_accelerate.cli import app
-from spacy_accelerate.errors import InvalidOptionError
+from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
+from spacy_accelerate.options.config import Provider
+from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 
 
@@ -70,3 +73,22 @@ def test_the_command_line_serves_it(fake, bert_path: Path, cache_dir: Path):
     result = CliRunner().invoke(app, [*args, "--no-overlap"])
     assert result.exit_code == 0, result.output
     assert f"transformer: served by {FAKE.value} fp32" in result.output
+
+
+def test_the_table_refuses_a_fallback_loop_and_keeps_its_last_resort():
+    with registered():
+        with pytest.raises(ValueError, match="would fall back to itself"):
+            PROVIDERS.register(replace(PROVIDERS[Provider.CPU], fallback=FAKE))
+        with pytest.raises(ValueError, match="other providers fall back to 'cpu'"):
+            PROVIDERS.remove("cpu")
+    assert PROVIDERS.last_resort() is Provider.CPU
+    assert PROVIDERS[Provider.CPU].fallback is None
+
+
+def test_a_saved_provider_no_package_registered_here_says_what_to_import():
+    with registered():
+        saved = build_config(FAKE.value, "fp32", fallback=True)
+    with pytest.raises(ProviderUnavailableError, match="'fake-cpu' is not registered here"):
+        registry.fallback_chain(saved)
+    with pytest.raises(ProviderUnavailableError, match="import the package that registers it"):
+        registry.check_provider(saved)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from spacy_accelerate.cli import app
 from spacy_accelerate.cli.terms import COMMAND_LINE, cli_message, flag_of
-from spacy_accelerate.errors import UNSET, Advice, InvalidOptionError
+from spacy_accelerate.errors import PYTHON, UNSET, Advice, InvalidOptionError, OneOf
 from spacy_accelerate.options.request import OptimizeOptions
 
 
@@ -44,6 +44,11 @@ def test_every_option_is_spelled_as_a_flag_the_command_line_has(option: str):
         (Advice("min_agreement", item="dep"), "--min-agreement dep=BOUND"),
         (Advice("cache_dir", UNSET), "--cache-dir"),
         (Advice("lock_timeout", 0), "--lock-timeout 0"),
+        (Advice("precision", OneOf(("fp32", "auto"))), "--precision fp32 or auto"),
+        (
+            Advice("provider", OneOf(("cuda", "tensorrt", "auto"))),
+            "--provider cuda, tensorrt or auto",
+        ),
     ],
 )
 def test_each_form_of_advice_as_a_flag(advice: Advice, spelled: str):
@@ -72,3 +77,9 @@ def test_optimize_refuses_in_flag_terms(args: list[str], expected: str, bert_pat
     error = result.output.strip().splitlines()[-1]
     assert error.startswith("Error: ") and expected in error, error
     assert "=" not in error.replace("=BOUND", "").split(" (see")[0] or "deps=" in error, error
+
+
+def test_several_values_are_one_advice_in_either_spelling():
+    advice = Advice("precision", OneOf(("fp16", "bf16", "int8")))
+    assert PYTHON.spell(advice) == "precision='fp16', 'bf16' or 'int8'"
+    assert COMMAND_LINE.spell(advice) == "--precision fp16, bf16 or int8"
