@@ -24,6 +24,7 @@ from spacy_accelerate.errors import (
     AgreementError,
     CacheMissError,
     InvalidOptionError,
+    OneOf,
     OutpacedError,
     SpacyAccelerateError,
     joined,
@@ -80,7 +81,7 @@ ERROR_CLASSES = _every_error_class()
 
 def _made(kind: type[SpacyAccelerateError]) -> SpacyAccelerateError:
     if issubclass(kind, AgreementError):
-        return kind(*PARTS, finding="dep agree on 97.00%")
+        return kind(*PARTS, finding=("dep agree on 97.00%",))
     if issubclass(kind, OutpacedError):
         return kind(*PARTS, resume=("resumed", 3))
     return kind(*PARTS)
@@ -128,7 +129,7 @@ def test_a_cache_miss_advises_its_own_option():
 def test_an_error_among_the_parts_is_spelled_in_the_same_terms():
     inner = InvalidOptionError("pass ", Advice("fallback", False))
     outer = AgreementError(
-        "refused (", inner, "); lower ", Advice("min_agreement", item="dep"), finding="x"
+        "refused (", inner, "); lower ", Advice("min_agreement", item="dep"), finding=("x",)
     )
     assert str(outer) == "refused (pass fallback=False); lower min_agreement['dep']"
     assert (
@@ -141,7 +142,15 @@ def test_an_error_among_the_parts_is_spelled_in_the_same_terms():
 
 def test_a_stored_refusal_keeps_its_advice_as_data():
     # A warm start raises the refusal its cache entry holds: in the caller's terms too.
-    nested = AgreementError("the gate (", InvalidOptionError(*PARTS), ")", finding="x")
+    finding = ("dep below ", Advice("min_agreement", item="dep"), "; use ")
+    finding += (Advice("precision", OneOf(("fp32", "auto"))),)
+    nested = AgreementError("the gate (", InvalidOptionError(*PARTS), ")", finding=finding)
+    kept = refusals._parts_from_json(refusals._parts_as_json(nested.finding))
+    assert kept is not None and spelled(kept, FLAGS_LIKE) == spelled(finding, FLAGS_LIKE)
+    assert (
+        spelled(kept, FLAGS_LIKE)
+        == "dep below --min-agreement dep=BOUND; use --precision fp32 or auto"
+    )
     stored = refusals._parts_as_json(nested.parts)
     assert stored is not None
     read = refusals._parts_from_json(stored)

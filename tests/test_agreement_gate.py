@@ -122,9 +122,9 @@ def test_a_perturbed_parser_is_refused_by_the_dependency_bound_alone(bert: Langu
     _add_perturbation(bert, 20)
     with pytest.raises(AgreementError) as refused:
         check_agreement(bert, calibrated, parse_min_agreement(None))
-    assert refused.value.finding.startswith("dep agree with PyTorch's on ")
+    assert spelled(refused.value.finding).startswith("dep agree with PyTorch's on ")
     bound = DEFAULT_BOUNDS[Annotation.DEP]
-    assert f"min_agreement {bound:.2%}" in refused.value.finding
+    assert f"min_agreement {bound:.2%}" in spelled(refused.value.finding)
     # Says what to change, naming the annotation's bound as data (spelled per interface).
     assert "lower the bound of that annotation (min_agreement['dep'])" in str(refused.value)
     assert Advice("min_agreement", item="dep") in refused.value.parts
@@ -143,8 +143,8 @@ def test_judging_stops_once_the_texts_left_cannot_save_the_plan(bert: Language, 
     assert whole.refusal(bounds) is not None  # the whole pass refuses it too
     with pytest.raises(AgreementError) as refused:
         check_agreement(bert, calibrated, bounds)
-    stopped = re.search(r"in the first (\d+) of (\d+) texts", refused.value.finding)
-    assert stopped is not None, refused.value.finding
+    stopped = re.search(r"in the first (\d+) of (\d+) texts", spelled(refused.value.finding))
+    assert stopped is not None, spelled(refused.value.finding)
     assert int(stopped[1]) < int(stopped[2]) == len(calibrated.texts)
     # The stop is exact: once hopeless, every prefix after it stays hopeless, and the
     # counts of a whole pass are compare()'s.
@@ -235,7 +235,7 @@ def test_bf16_is_refused_when_pytorch_autocast_is_more_faithful(
     try:
         spacy_accelerate.optimize(bert, "openvino", "bf16", cache_dir=cache_dir)
     except AgreementError as error:
-        assert "below PyTorch's own bf16 autocast (100.00%)" in error.finding
+        assert "below PyTorch's own bf16 autocast (100.00%)" in spelled(error.finding)
     else:  # this CPU's bf16 kept every annotation within the margin of a perfect autocast
         proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
         for _, rate in proxy.exported.record.agreement.rates:
@@ -330,8 +330,8 @@ def test_auto_says_why_a_refused_plan_lost(
         r"min_agreement "
         r"99.99% \(even with none changed, the 95% lower bound is 99.96%; it takes at least "
         r"38,411\)",
-        refused.value.finding,
-    ), refused.value.finding
+        spelled(refused.value.finding),
+    ), spelled(refused.value.finding)
 
 
 def test_min_agreement_one_allows_no_change_at_all():

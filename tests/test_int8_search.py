@@ -24,7 +24,13 @@ from spacy_accelerate import cpu_features as cpu_features_module
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.quantize import OnnxRuntimeQuantizer
 from spacy_accelerate.backends.openvino.quantize import OpenVINOQuantizer
-from spacy_accelerate.errors import AccuracyError, AgreementError, NoFasterPlanError, OutpacedError
+from spacy_accelerate.errors import (
+    AccuracyError,
+    AgreementError,
+    NoFasterPlanError,
+    OutpacedError,
+    spelled,
+)
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.request import build_config
@@ -108,7 +114,7 @@ def _judge(passing: set[str], judged: list[str]) -> Callable[[str], object]:
     def judge(session: str) -> object:
         judged.append(session)
         if session not in passing:
-            raise AgreementError("changed", finding=f"tag changed by {session}")
+            raise AgreementError("changed", finding=(f"tag changed by {session}",))
         return None
 
     return judge
@@ -163,7 +169,7 @@ def test_a_plan_slower_by_construction_is_built_only_where_the_faster_one_won(
         with pytest.raises(NoFasterPlanError):
             search.run()
         assert quantizer.built == ["dynamic", "blocks-128"] and judged == []
-        assert search.refused[2].startswith("blocks-32: not tried (slower than blocks-128")
+        assert spelled(search.refused[2]).startswith("blocks-32: not tried (slower than blocks")
     else:  # both built and raced; the faster one that passes is served
         session = search.run().session
         assert quantizer.built == ["dynamic", "blocks-128", "blocks-32"]
@@ -322,7 +328,7 @@ def test_auto_rivals_outpace_without_storing_and_ladders_wait_their_turn(
     built = _search(second, {"l1"}, judged, limits).run()
     assert built.record.plan == "l1" and judged == ["l1"]
     assert second.built == ["l1"] and second.harm_measured and raced == ["l1"]
-    assert built.record.refused == resume.notes
+    assert built.record.refused == tuple(spelled(note) for note in resume.notes)
 
 
 @pytest.mark.real_speed
@@ -337,7 +343,9 @@ def test_a_second_round_keeps_what_its_first_round_found(monkeypatch: pytest.Mon
         _search(first, set(), [], Limits(rivals=bf16, ladders=False)).run()
     resume = waiting.value.resume
     assert resume.outrun_from_outside
-    assert resume.disagreements == ("all-int8: tag changed by all-int8",)
+    assert [spelled(found) for found in resume.disagreements] == [
+        "all-int8: tag changed by all-int8"
+    ]
     # Round two: the ladder fails too. The refusal is still auto's own (a rival from
     # outside passed blockwise over), so it is not stored as the by-name verdict.
     second = FakeQuantizer(whole=["all-int8", "blockwise"], ladder=["l1"])
@@ -352,7 +360,7 @@ def test_a_search_refused_on_accuracy_alone_says_the_annotation():
     quantizer = FakeQuantizer(whole=["all-int8"], ladder=["f1", "f2"])
     with pytest.raises(AgreementError) as refused:
         _search(quantizer, set(), []).run()
-    assert refused.value.finding == "f2: tag changed by f2"  # the plan, then its rates
+    assert spelled(refused.value.finding) == "f2: tag changed by f2"  # the plan, then its rates
     assert not isinstance(refused.value, NoFasterPlanError)
     assert isinstance(refused.value, AccuracyError)
 
@@ -434,7 +442,7 @@ def test_auto_tries_cheap_plans_first_and_bounds_the_rest_by_the_fastest_that_pa
             base = Built("all-int8", "all-int8", "base", _report)
             raise OutpacedError("ladders later", resume=Resumed(("whole plans",), base))
         if label not in passing:
-            raise AgreementError("changed", finding=f"{label} changed tags")
+            raise AgreementError("changed", finding=(f"{label} changed tags",))
         location.module = _module(label)
 
     monkeypatch.setattr(auto_precision, "revert", lambda location, module: None)

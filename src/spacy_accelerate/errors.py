@@ -180,9 +180,9 @@ class AgreementError(AccuracyError):
     """The reduced-precision pipeline annotated the calibration documents differently from
     PyTorch more often than allowed."""
 
-    def __init__(self, *parts: Part, finding: str) -> None:
+    def __init__(self, *parts: Part, finding: Said) -> None:
         super().__init__(*parts)
-        #: What was measured, in one clause (used when several plans are reported).
+        #: What was measured, in one clause, as parts (used when several plans are reported).
         self.finding = finding
 
 

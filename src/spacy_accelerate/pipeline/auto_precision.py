@@ -446,7 +446,7 @@ class AutoSearch:
                 self.unavailable.append(error)
             # Its parts, not the error: its traceback would hold the candidate's models.
             self.refused[candidate.label] = (
-                (error.finding,) if isinstance(error, AgreementError) else error.parts
+                error.finding if isinstance(error, AgreementError) else error.parts
             )
             logger.info("spacy-accelerate: auto precision: %s refused", candidate.label)
             if isinstance(error, OutpacedError) and isinstance(error.resume, Resumed):

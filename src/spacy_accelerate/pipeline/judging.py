@@ -27,7 +27,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, OneOf, Said, spelled
+from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, OneOf, Said
 from spacy_accelerate.options.agreement import AgreementBounds, Annotation
 from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
 from spacy_accelerate.pipeline.annotating import annotate, annotated
@@ -244,7 +244,7 @@ def _refuse(annotation: Annotation, finding: Said) -> NoReturn:
         "), or lower the bound of that annotation (",
         Advice("min_agreement", item=annotation.value),
         ") if this is enough for you.",
-        finding=spelled(finding),
+        finding=finding,
     )
 
 

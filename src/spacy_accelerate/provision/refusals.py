@@ -17,9 +17,11 @@ from spacy_accelerate.errors import (
     AgreementError,
     CacheError,
     NoFasterPlanError,
+    OneOf,
     Part,
     Said,
     SpacyAccelerateError,
+    spelled,
 )
 from spacy_accelerate.verify.record import BuildRecord
 
@@ -43,7 +45,10 @@ def store_refusal(folder: Path, refusal: AccuracyError | NoFasterPlanError) -> B
     if parts is not None:
         recorded["parts"] = parts
     if isinstance(refusal, AgreementError):  # which annotation, its rate and its bound
-        recorded.update(kind="agreement", finding=refusal.finding)
+        recorded.update(kind="agreement", finding=spelled(refusal.finding))
+        finding = _parts_as_json(refusal.finding)
+        if finding is not None:
+            recorded["finding_parts"] = finding
     for path in folder.iterdir():
         if path.name != OWNER_MARK:
             path.unlink()
@@ -59,7 +64,11 @@ def raise_recorded_refusal(entry: CacheEntry) -> None:
         recorded = read_json_object(entry.file(REFUSAL_FILE))
         kind, message = recorded["kind"], str(recorded["message"])
         parts = _parts_from_json(recorded.get("parts")) or (message,)
-        finding = str(recorded["finding"]) if kind == "agreement" else None
+        finding = (
+            _parts_from_json(recorded.get("finding_parts")) or (str(recorded["finding"]),)
+            if kind == "agreement"
+            else None
+        )
         error = None if finding is not None else _REFUSALS[kind]
     except (OSError, ValueError, KeyError, TypeError, CorruptEntry):
         raise CacheError(
@@ -102,6 +111,8 @@ def _parts_as_json(parts: Said) -> list[Any] | None:
             advised["item"] = part.item
         if part.value is Ellipsis:
             advised["supplied"] = True
+        elif isinstance(part.value, OneOf):
+            advised["one_of"] = list(part.value.values)
         elif part.value is not UNSET:
             advised["value"] = part.value
         out.append(advised)
@@ -124,6 +135,8 @@ def _parts_from_json(recorded: Any) -> Said | None:
         elif isinstance(part, dict) and isinstance(part.get("option"), str):
             item = part.get("item")
             value = ... if part.get("supplied") else part.get("value", UNSET)
+            if isinstance(part.get("one_of"), list):
+                value = OneOf(tuple(part["one_of"]))
             parts.append(Advice(part["option"], value, str(item) if item is not None else None))
         else:
             return None

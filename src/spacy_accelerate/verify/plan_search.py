@@ -47,6 +47,8 @@ from spacy_accelerate.errors import (
     NoFasterPlanError,
     OutpacedError,
     Said,
+    joined,
+    spelled,
 )
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.runtime.session import Session
@@ -118,7 +120,7 @@ class Judged(Generic[S, P]):
     """A built plan and why it is refused (None: it may be served)."""
 
     built: Built[S, P]
-    refusal: str | None = None
+    refusal: Said | None = None
     #: The report under the gate, and the pipeline's agreement where it was judged.
     report: ParityReport | None = None
     agreement: AgreementReport | None = None
@@ -212,8 +214,8 @@ class Int8Search(Generic[S, P]):
         #: Rivals from outside the backend (``precision="auto"``'s passing plans).
         self.outside = limits.rivals
         self.limits = limits
-        self.refused: list[str] = []
-        self.disagreements: list[str] = []
+        self.refused: list[Said] = []
+        self.disagreements: list[Said] = []
         self.begun = 0
         self.built: dict[str, Built[S, P]] = {}  # by label: each plan is built once
         self.races: dict[str, list[Race]] = {}  # by label: its races, up to the first lost
@@ -262,7 +264,7 @@ class Int8Search(Generic[S, P]):
         logger.info("int8 plan %r served", chosen.built.label)
         record = BuildRecord(
             plan=chosen.built.label,
-            refused=tuple(self.refused),
+            refused=tuple(spelled(note) for note in self.refused),
             compiled_as=chosen.built.compiled_as,
             agreement=chosen.agreement,
         )
@@ -452,11 +454,12 @@ class Int8Search(Generic[S, P]):
         """``built`` held to the token cosine gate, then to the pipeline's agreement."""
         progress.advance()
         report = replace(built.report, gate=self.gate)
-        refusal = self.quantizer.not_as_named(built)
+        named = self.quantizer.not_as_named(built)
+        refusal: Said | None = None if named is None else (named,)
         if refusal is None and not report.passed:
             refusal = (
                 f"{self.gate.describe()} not met (mean cosine {report.worst_mean_cosine:.5f}, "
-                f"smallest {report.worst_cosine:.5f})"
+                f"smallest {report.worst_cosine:.5f})",
             )
         agreement = None
         if refusal is None and self.judge is not None:
@@ -464,21 +467,21 @@ class Int8Search(Generic[S, P]):
                 agreement = self.judge(built.session)
             except AgreementError as error:
                 refusal = error.finding
-                self.disagreements.append(f"{built.label}: {refusal}")
+                self.disagreements.append((f"{built.label}: ", *refusal))
         if refusal is not None:
-            self.note(f"{built.label}: {refusal}")
-        logger.info("int8 plan %r: %s", built.label, refusal or "passed")
+            self.note((f"{built.label}: ", *refusal))
+        logger.info("int8 plan %r: %s", built.label, spelled(refusal or ("passed",)))
         return Judged(built, refusal, report, agreement)
 
-    def note(self, text: str) -> None:
+    def note(self, text: str | Said) -> None:
         """Record a plan refused or not tried, and why."""
-        self.refused.append(text)
+        self.refused.append((text,) if isinstance(text, str) else text)
 
     # ---------------------------------------------------------------- refusals
 
-    def tried(self) -> str:
+    def tried(self) -> Said:
         """The refused plans as the error messages list them."""
-        return " | ".join(self.refused)
+        return joined(self.refused, " | ")
 
     def refusal(self) -> AccuracyError | NoFasterPlanError:
         """Why no plan may be served: :class:`OutpacedError` where a rival from outside
@@ -490,7 +493,8 @@ class Int8Search(Generic[S, P]):
         if self.outrun_from_outside or self.deferred is not None:
             return OutpacedError(
                 f"No int8 plan keeps this model within the gate and runs faster than {names} "
-                f"here. Plans tried: {self.tried()}",
+                "here. Plans tried: ",
+                *self.tried(),
                 resume=self.deferred,
             )
         if self.too_slow:
@@ -500,13 +504,15 @@ class Int8Search(Generic[S, P]):
                 f"{baseline} on this CPU ({cpu_features().describe()}), so no int8 model was "
                 "served and the pipeline is unchanged. Use ",
                 *self.quantizer.instead,
-                f" here. Plans tried: {self.tried()}",
+                " here. Plans tried: ",
+                *self.tried(),
             )
         message: Said = (
             "No int8 plan keeps this model within the gate, so no int8 model was served and "
             "the pipeline is unchanged. ",
             *self.quantizer.advice,
-            f" Plans tried: {self.tried()}",
+            " Plans tried: ",
+            *self.tried(),
         )
         if self.disagreements:
             return AgreementError(*message, finding=self.disagreements[-1])

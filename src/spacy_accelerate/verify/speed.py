@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.errors import Said
 from spacy_accelerate.runtime.session import Session
 
 #: Calibration items per timed pass at most, and alternating rounds (the medians are
@@ -147,7 +148,7 @@ class Resumed:
     no whole plan is quantized, raced or judged twice."""
 
     #: Every plan the first round refused or did not try, and why.
-    notes: tuple[str, ...]
+    notes: tuple[Said, ...]
     #: The ladders' base (the all-int8 plan) as the first round built it: a plan search's
     #: ``Built``, whose session a wider search races against the bar set since.
     base: Any
@@ -157,7 +158,7 @@ class Resumed:
     #: Whether a whole plan lost its race to a rival from outside (so a refusal is
     #: ``auto``'s own, never stored), and the agreement findings of the plans judged.
     outrun_from_outside: bool = False
-    disagreements: tuple[str, ...] = ()
+    disagreements: tuple[Said, ...] = ()
     #: What the first round's quantizer made that the second one reuses instead of making
     #: it again (its models, in memory; the backend's own type, or None): hundreds of MB,
     #: so neither printed nor compared.
