@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from source_scan import docstring_ids
 
 import spacy_accelerate.errors
 from spacy_accelerate.cli.terms import COMMAND_LINE
@@ -168,12 +169,7 @@ def keyword_mentions(source: str) -> list[tuple[int, str]]:
     """Each string literal of ``source`` (docstrings aside; f-strings' text too) that names
     an option of ``optimize()`` in Python's keyword form, with its line."""
     tree = ast.parse(source)
-    docstrings = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            first = node.body[0] if node.body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docstrings.add(id(first.value))
+    docstrings = docstring_ids(tree)
     return sorted(
         (node.lineno, node.value)
         for node in ast.walk(tree)

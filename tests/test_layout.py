@@ -14,6 +14,8 @@ import ast
 import re
 from pathlib import Path
 
+from source_scan import docstring_ids
+
 PACKAGE = "spacy_accelerate"
 SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 
@@ -188,22 +190,12 @@ def _served_by() -> dict[str, str]:
     return served
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            if isinstance(body[0].value, ast.Constant):
-                found.add(id(body[0].value))
-    return found
-
-
 def providers_named(source: str, names: set[str]) -> set[str]:
     """The providers (of ``names``) that ``source`` names as code: ``Provider.CPU``,
     ``Provider("cpu")``, a literal collection of two or more of them, or a message (not a
     docstring) that lists two or more."""
     tree = ast.parse(source)
-    docstrings = _docstrings(tree)
+    docstrings = docstring_ids(tree)
     word = re.compile(rf"\b({'|'.join(map(re.escape, sorted(names)))})\b")
     found: set[str] = set()
     for node in ast.walk(tree):

@@ -264,13 +264,10 @@ def _retry_without_graphs(steps: list[OptimizeConfig]) -> list[OptimizeConfig]:
     chain: list[OptimizeConfig] = []
     for step in steps:
         chain.append(step)
-        if step.gpu.cuda_graph and _captures_graphs(step.provider) and len(steps) > 1:
+        row = PROVIDERS.get(step.provider)
+        if step.gpu.cuda_graph and row is not None and row.captures_graphs and len(steps) > 1:
             chain.append(replace(step, gpu=replace(step.gpu, cuda_graph=False)))
     return chain
-
-
-def _captures_graphs(provider: Provider) -> bool:
-    return PROVIDERS.on_gpu(provider) and PROVIDERS[provider].cuda_graph_problem is None
 
 
 def serve_first(chain: Sequence[OptimizeConfig], serve: Callable[[OptimizeConfig], T]) -> T:

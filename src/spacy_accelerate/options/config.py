@@ -208,15 +208,17 @@ def default_min_cosine(precision: Precision, provider: Provider) -> float:
 
 
 def _calibrated_int8(provider: Provider) -> bool:
-    return provider in PROVIDERS and PROVIDERS[provider].calibrated_int8
+    row = PROVIDERS.get(provider)
+    return row is not None and row.calibrated_int8
 
 
 def check_gpu_options(provider: Provider, gpu: GpuOptions) -> Said | None:
     """Why ``gpu`` cannot be served by ``provider``, or None."""
-    problem = PROVIDERS[provider].cuda_graph_problem if provider in PROVIDERS else None
+    row = PROVIDERS.get(provider)
+    problem = row.cuda_graph_problem if row is not None else None
     if not gpu.cuda_graph or problem is None:
         return None
-    capture = [row.provider.value for row in PROVIDERS if row.gpu and not row.cuda_graph_problem]
+    capture = [other.provider.value for other in PROVIDERS if other.captures_graphs]
     instead: Said = ("Use ",)
     if capture:
         instead = ("Use ", Advice("provider", capture[0]), " with cuda_graph=True, or ")

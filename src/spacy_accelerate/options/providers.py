@@ -88,6 +88,11 @@ class ProviderSpec:
     def serves(self, precision: Precision) -> bool:
         return precision in self.precisions
 
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether it runs on a GPU and can capture CUDA graphs there."""
+        return self.gpu and self.cuda_graph_problem is None
+
 
 class ProviderTable:
     """The registered providers, in registration order."""
@@ -155,8 +160,13 @@ class ProviderTable:
     def precisions_of(self, provider: Provider) -> tuple[Precision, ...]:
         return self._rows[provider].precisions if provider in self._rows else ()
 
+    def get(self, provider: Provider) -> ProviderSpec | None:
+        """``provider``'s row, or None (``auto``, or a name no package registered here)."""
+        return self._rows.get(provider)
+
     def on_gpu(self, provider: Provider) -> bool:
-        return provider in self._rows and self._rows[provider].gpu
+        row = self._rows.get(provider)
+        return row is not None and row.gpu
 
     def parse(self, value: str | Provider) -> Provider:
         """A user's provider name as a :class:`Provider`, or the valid names."""
