@@ -12,7 +12,8 @@ through the package's ``__init__``), so the cache removes them without knowing a
 by name.
 
 Derived folders have their unrecorded files deleted by the backends that fill them, so a
-folder that is not the library's (a user's, or a link) is never handed out as one.
+folder that is not the library's (a user's) is never handed out as one, and a link at one,
+or on the way to one, is a :class:`CacheError` (the backends then do without the folder).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from spacy_accelerate.cache.lock import KeyLock
+from spacy_accelerate.cache.lock import KeyLock, lock_file
 from spacy_accelerate.cache.ownership import (
     is_marked,
     is_real_dir,
@@ -31,7 +32,7 @@ from spacy_accelerate.cache.ownership import (
     remove_if_empty,
     remove_tree,
 )
-from spacy_accelerate.cache.root import KEY_PATTERN, lock_file, unwritable, validate_key
+from spacy_accelerate.cache.root import KEY_PATTERN, validate_key
 from spacy_accelerate.errors import CacheError
 
 logger = logging.getLogger("spacy_accelerate")
@@ -96,7 +97,8 @@ class DerivedStore:
         self, kind: DerivedFolders, key: str, device: str, variant: str | None = None
     ) -> Path | None:
         """The folder of ``kind`` for entry ``key`` on ``device`` (and ``variant``, for a kind
-        with variants), made on demand; None where what is there is not the library's."""
+        with variants), made on demand; None where a real folder there is not the library's,
+        a :class:`CacheError` where a link is on the way or the folder cannot be made."""
         validate_key(key)
         folder = self.root / kind.name / device / key
         return self._made(folder / variant if variant else folder, kind.label)
@@ -118,7 +120,7 @@ class DerivedStore:
     def remove_key(self, key: str) -> None:
         """Remove every kind's folders of ``key``, on every device."""
         for kind in registered():
-            for device in real_subdirs(self.root / kind.name):
+            for device in real_subdirs(self.root, self.root / kind.name):
                 self._remove(kind, device / key)
 
     def clear(self) -> None:
@@ -126,25 +128,25 @@ class DerivedStore:
         shared folders; nothing else."""
         for kind in registered():
             base = self.root / kind.name
-            for device in real_subdirs(base):
-                for child in real_subdirs(device):
+            for device in real_subdirs(self.root, base):
+                for child in real_subdirs(self.root, device):
                     if KEY_PATTERN.fullmatch(child.name):
                         self._remove(kind, child)
                 for name, _label in kind.shared:
                     if is_marked(device / name):
-                        remove_tree(device / name)
-                remove_if_empty(device)
-            remove_if_empty(base)
+                        remove_tree(self.root, device / name)
+                remove_if_empty(self.root, device)
+            remove_if_empty(self.root, base)
 
     def _made(self, folder: Path, kind: str) -> Path | None:
-        try:
-            made = make_owned_dir(self.root, folder, kind)
-        except OSError as err:
-            raise unwritable(self.root, err) from err
+        """``folder`` made and marked, or found made by the library; None (said at WARNING)
+        where a real folder there is someone else's. A :class:`CacheError` where a link is
+        on the way to it or it cannot be made."""
+        made = make_owned_dir(self.root, folder, kind)
         if made is None:
             logger.warning(
-                "spacy-accelerate: not using %s for %s: it is a link, or a folder that "
-                "spacy-accelerate did not make; it is left as it is.",
+                "spacy-accelerate: not using %s for %s: spacy-accelerate did not make it (or "
+                "something other than a folder is there); it is left as it is.",
                 folder,
                 kind,
             )
@@ -154,11 +156,11 @@ class DerivedStore:
         """Remove one key's folder on one device, each unit under its lock. A variant made
         meanwhile stays, for its entry's next build."""
         if kind.variants:
-            for variant in real_subdirs(folder):
+            for variant in real_subdirs(self.root, folder):
                 if is_marked(variant):
                     with self.lock(variant):
-                        remove_tree(variant)
-            remove_if_empty(folder)
+                        remove_tree(self.root, variant)
+            remove_if_empty(self.root, folder)
         elif _is_own_derived(kind, folder):
             with self.lock(folder):
-                remove_tree(folder)
+                remove_tree(self.root, folder)

@@ -9,7 +9,9 @@ since), removed before it is released. filelock truncates the lock file itself o
 attempt, so the record cannot live inside it.
 
 Lock files are never deleted: removing a lock file another process waits on would let two
-processes hold "the same" lock on different files.
+processes hold "the same" lock on different files. Neither the lock folder nor a lock file
+is ever reached through a link (:func:`~spacy_accelerate.cache.root.refuse_links`): a link
+there would put lock files and holders' records outside the cache.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import filelock
 
+from spacy_accelerate.cache.root import LOCK_DIR, make_dirs, refuse_links, unwritable
 from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import Advice, CacheError, spelled
 
@@ -71,15 +74,6 @@ def read_holder(lock_path: Path) -> LockHolder | None:
         return None
 
 
-def _unwritable(root: Path, err: OSError) -> CacheError:
-    reason = err.strerror or str(err)
-    return CacheError(
-        f"cannot create or write the model cache folder {root} ({reason}); set ",
-        Advice("cache_dir", ...),
-        " or the SPACY_ACCELERATE_CACHE environment variable to a writable folder",
-    )
-
-
 class KeyLock:
     """A per-key inter-process lock that reports failures as :class:`CacheError`, says
     when it waits, and records its holder while it is held."""
@@ -117,8 +111,9 @@ class KeyLock:
             step = REMIND_EVERY
 
     def __enter__(self) -> KeyLock:
+        make_dirs(self._root, self.path.parent)  # never through a link, nor the lock file
+        refuse_links(self._root, self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._acquire()
         except filelock.Timeout:
             holder = read_holder(self.path)
@@ -130,19 +125,24 @@ class KeyLock:
                 ".",
             ) from None
         except OSError as err:
-            raise _unwritable(self._root, err) from err
+            raise unwritable(self._root, err) from err
         self._record()
         return self
 
     def _record(self) -> None:
+        """Write who holds the lock beside it (``<lock>.owner``), for the notices of
+        processes that wait on it; the temporary file is opened without following a link
+        at its name, so that the record lands in the lock folder and nowhere else."""
         record = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         temporary = self._owner.with_name(f".{self._owner.name}.{os.getpid()}")
-        try:
-            temporary.write_text(json.dumps(record), encoding="utf8")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        try:  # never written through a link planted at its name
+            with os.fdopen(os.open(temporary, flags, 0o644), "w", encoding="utf8") as handle:
+                handle.write(json.dumps(record))
             os.replace(temporary, self._owner)
         except OSError:  # only a courtesy to waiters: never a reason to fail
             pass
@@ -155,7 +155,9 @@ class KeyLock:
         self._lock.release()
 
     def try_acquire(self) -> bool:
-        """Take the lock only if it is free now (no waiting, no record); True if taken."""
+        """Take the lock only if it is free now (no waiting, no record); True if taken.
+        A :class:`CacheError` where the lock file or its folder is a link."""
+        refuse_links(self._root, self.path)
         try:
             self._lock.acquire(blocking=False)
         except (filelock.Timeout, OSError):
@@ -164,3 +166,9 @@ class KeyLock:
 
     def release(self) -> None:
         self._lock.release()
+
+
+def lock_file(root: Path, name: str, timeout: float) -> KeyLock:
+    """The lock ``<root>/.locks/<name>.lock``. Lock files are never deleted: removing one
+    another process waits on would hand out the same lock twice."""
+    return KeyLock(root / LOCK_DIR / f"{name}.lock", timeout, root)

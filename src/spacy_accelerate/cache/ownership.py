@@ -7,14 +7,17 @@ may be a symbolic link to anywhere. Removal therefore follows three rules:
   (:data:`MARK`, written when the folder is created), or it is an entry whose manifest
   names it (entries of releases before the mark);
 - nothing is ever reached through a link: every path between the cache root and the
-  folder is checked with ``lstat``, and ``shutil.rmtree`` removes a tree without following
+  folder is checked with ``lstat`` (:func:`~spacy_accelerate.cache.root.link_on_the_way`,
+  the same check that makes the cache refuse links where it creates or writes), a link
+  found there is left where it is, and ``shutil.rmtree`` removes a tree without following
   the links inside it;
 - the folders that merely group others (a backend's ``<name>/`` and ``<name>/<device>/``,
   see :mod:`.derived`) are removed only when empty.
 
-The same checks guard the derived folders handed to a runtime: a folder that is a link, or
-was not made by the library, is not used for compiled blobs or engines (whose unrecorded
-files are deleted before each compile).
+The same checks guard the derived folders handed to a runtime: a link on the way to one is
+a :class:`CacheError` (:func:`~spacy_accelerate.cache.root.refuse_links`), and a real
+folder the library did not make is not used for compiled blobs or engines (whose
+unrecorded files are deleted before each compile).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import stat
 from pathlib import Path
 
 from spacy_accelerate._version import __version__
+from spacy_accelerate.cache.root import link_on_the_way, make_dirs, unwritable
 from spacy_accelerate.errors import CacheError
 
 #: The file that marks a folder as made by spacy-accelerate.
@@ -39,18 +43,10 @@ def is_real_dir(path: Path) -> bool:
         return False
 
 
-def no_links_between(root: Path, path: Path) -> bool:
-    """Whether every component of ``path`` below ``root`` is a real folder (no links)."""
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        return False
-    current = root
-    for part in parts:
-        current = current / part
-        if not is_real_dir(current):
-            return False
-    return True
+def reachable(root: Path, folder: Path) -> bool:
+    """Whether ``folder`` is a real folder reached from ``root`` without a link: the only
+    kind of folder the library lists for removal or removes."""
+    return link_on_the_way(root, folder) is None and is_real_dir(folder)
 
 
 def is_marked(folder: Path) -> bool:
@@ -71,31 +67,22 @@ def write_mark(folder: Path, kind: str) -> None:
 
 def make_owned_dir(root: Path, folder: Path, kind: str) -> Path | None:
     """Create ``folder`` (and its parents) under ``root`` and mark it; an existing folder is
-    returned only if it is the library's and reached without links. None otherwise: the
-    caller then does without it. Raises ``OSError`` when the folder cannot be made.
-
-    Each folder on the way is made one at a time and checked, so nothing is ever created
-    through a link (``mkdir(parents=True)`` would follow one)."""
-    root.mkdir(parents=True, exist_ok=True)
-    current = root
-    parts = folder.relative_to(root).parts
-    for depth, part in enumerate(parts, start=1):
-        current = current / part
+    returned only if it is the library's. None otherwise: the caller then does without it.
+    A :class:`CacheError` where a link is on the way or the folder cannot be made: nothing
+    is ever created through a link (:func:`~spacy_accelerate.cache.root.make_dirs`)."""
+    if make_dirs(root, folder):
         try:
-            current.mkdir()
-        except FileExistsError:
-            if not is_real_dir(current):
-                return None
-        else:
-            if depth == len(parts):
-                write_mark(current, kind)
+            write_mark(folder, kind)
+        except OSError as err:
+            raise unwritable(folder, err) from err
     return folder if is_marked(folder) else None
 
 
-def remove_tree(folder: Path) -> bool:
-    """Remove a real folder and everything in it, links inside removed as links, never
-    followed; True if something was removed. A link at ``folder`` itself is left alone."""
-    if not is_real_dir(folder):
+def remove_tree(root: Path, folder: Path) -> bool:
+    """Remove a real folder under ``root`` and everything in it, links inside removed as
+    links, never followed; True if something was removed. A link at ``folder`` or on the
+    way to it is left alone, so that nothing outside ``root`` is ever deleted."""
+    if not reachable(root, folder):
         return False
     try:
         shutil.rmtree(folder)
@@ -109,9 +96,10 @@ def remove_tree(folder: Path) -> bool:
     return True
 
 
-def remove_if_empty(folder: Path) -> None:
-    """Remove ``folder`` when nothing is left in it (another process may be adding)."""
-    if not is_real_dir(folder):
+def remove_if_empty(root: Path, folder: Path) -> None:
+    """Remove ``folder`` when nothing is left in it (another process may be adding); a link
+    at it or on the way to it is left alone."""
+    if not reachable(root, folder):
         return
     try:
         folder.rmdir()
@@ -119,9 +107,10 @@ def remove_if_empty(folder: Path) -> None:
         pass
 
 
-def real_subdirs(folder: Path) -> list[Path]:
-    """The real folders directly inside ``folder`` (links left out), sorted."""
-    if not is_real_dir(folder):
+def real_subdirs(root: Path, folder: Path) -> list[Path]:
+    """The real folders directly inside ``folder`` (links left out), sorted; none where
+    ``folder`` is not reached from ``root`` without a link."""
+    if not reachable(root, folder):
         return []
     try:
         return sorted(path for path in folder.iterdir() if is_real_dir(path))

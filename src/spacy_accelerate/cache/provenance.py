@@ -70,9 +70,11 @@ class PipelineSource:
 
 
 def record_use(entry: CacheEntry) -> None:
-    """Say that ``entry`` was served now (its manifest's modification time)."""
+    """Say that ``entry`` was served now (its manifest's modification time); a link at the
+    manifest's place gets the time itself, so that no file outside the cache is touched."""
+    follow = os.utime not in os.supports_follow_symlinks
     try:
-        os.utime(entry.path / MANIFEST_NAME)
+        os.utime(entry.path / MANIFEST_NAME, follow_symlinks=follow)
     except OSError as error:  # read-only, someone else's, or removed meanwhile
         logger.debug("spacy-accelerate: last use of %s not recorded: %s", entry.path, error)
 

@@ -5,7 +5,9 @@ entry, so that the final ``os.rename`` into ``<cache_dir>/<key>`` is atomic: rea
 entry or a whole one. An eviction renames the entry to ``.tmp-<key>-evicted-<random>``
 before deleting it, for the same reason. Such folders are never served (their names are
 not keys). One that outlives its process came from a crash; it is removed once this
-process holds its key's lock, which proves that no build still writes into it.
+process holds its key's lock, which proves that no build still writes into it. A link at a
+build folder's name is refused (:func:`~spacy_accelerate.cache.root.refuse_links`); one at
+a leftover's is left where it is, never followed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from spacy_accelerate.cache.ownership import (
     remove_tree,
     write_mark,
 )
-from spacy_accelerate.cache.root import KEY_PATTERN, unwritable
+from spacy_accelerate.cache.root import KEY_PATTERN, refuse_links, unwritable
 
 TMP_PREFIX = ".tmp-"
 #: A temporary folder's name: the prefix, its entry's key, a dash, then anything.
@@ -38,13 +40,13 @@ def key_of_temp(name: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _remove_own_temp(path: Path) -> None:
+def _remove_own_temp(root: Path, path: Path) -> None:
     """Remove a build's leftover folder if the library made it; an empty one either way
     (a build killed between making the folder and marking it leaves it empty)."""
     if is_marked(path) or is_own_entry(path, key_of_temp(path.name) or ""):
-        remove_tree(path)
+        remove_tree(root, path)
     else:
-        remove_if_empty(path)
+        remove_if_empty(root, path)
 
 
 class Staging:
@@ -55,13 +57,16 @@ class Staging:
         self._lock = lock
 
     def make(self, key: str) -> Path:
-        """A fresh, marked build folder for ``key``, beside where its entry will be."""
+        """A fresh, marked build folder for ``key``, beside where its entry will be; a
+        :class:`CacheError` where a link has its name (``mkdir`` would refuse it anyway, but
+        saying so tells the user what to remove)."""
         tmp = self.root / f"{TMP_PREFIX}{key}-{secrets.token_hex(8)}"
+        refuse_links(self.root, tmp)
         try:
             tmp.mkdir()
             write_mark(tmp, "entry")
         except OSError as err:
-            remove_tree(tmp)
+            remove_tree(self.root, tmp)
             raise unwritable(self.root, err) from err
         return tmp
 
@@ -89,7 +94,7 @@ class Staging:
         """Remove ``key``'s leftovers; the caller holds its lock, so no build writes there."""
         for path in self.folders():
             if key_of_temp(path.name) == key:
-                _remove_own_temp(path)
+                _remove_own_temp(self.root, path)
 
     def sweep(self, locked_key: str) -> None:
         """Remove crashed builds' leftovers: ``locked_key``'s (the caller holds its lock),
@@ -97,12 +102,12 @@ class Staging:
         for path in self.folders():
             temp_key = key_of_temp(path.name)
             if temp_key == locked_key:
-                _remove_own_temp(path)
+                _remove_own_temp(self.root, path)
                 continue
             lock = self._lock(str(temp_key))
             if not lock.try_acquire():
                 continue  # a live build holds it, or we cannot tell: leave it alone
             try:
-                _remove_own_temp(path)
+                _remove_own_temp(self.root, path)
             finally:
                 lock.release()

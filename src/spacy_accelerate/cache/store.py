@@ -22,7 +22,10 @@ like an entry is either complete and verified, or it is never served*.
 
 Only what the library made is ever removed (:mod:`.ownership`): folders carry its mark
 (entries also their manifest), links are never followed, and anything else found in the
-cache folder (a user's notes, another tool's files) is left where it is.
+cache folder (a user's notes, another tool's files) is left where it is. Nothing is ever
+made, locked or written through a link under the root either (the lock folder, a lock
+file, a build folder, an entry's place, a derived folder): a link there is a
+:class:`CacheError` naming it (:func:`~spacy_accelerate.cache.root.refuse_links`).
 
 Leftover temporary folders (``.tmp-<key>-*``, :mod:`.staging`) come from builds that crashed.
 They are never served (their names are not keys) and are removed whenever this process can
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from spacy_accelerate.cache.derived import DerivedFolders, DerivedStore
-from spacy_accelerate.cache.lock import KeyLock
+from spacy_accelerate.cache.lock import KeyLock, lock_file
 from spacy_accelerate.cache.manifest import (
     MANIFEST_FORMAT_VERSION,
     MANIFEST_NAME,
@@ -65,7 +68,8 @@ from spacy_accelerate.cache.root import (
     KEY_PATTERN,
     LOCK_DIR,
     default_cache_dir,
-    lock_file,
+    make_dirs,
+    refuse_links,
     resolve_cache_dir,
     unwritable,
     validate_key,
@@ -243,9 +247,9 @@ class ModelCache:
         self, kind: DerivedFolders, key: str, device: str, variant: str | None = None
     ) -> Path | None:
         """The folder of ``kind`` for entry ``key`` on ``device`` (and ``variant``, for a kind
-        with variants). Made on demand; None where the folder found there is not the
-        library's (a link, say): the backend then does without it. A :class:`CacheError`
-        where the cache cannot be written."""
+        with variants). Made on demand; None where a real folder found there is not the
+        library's: the backend then does without it. A :class:`CacheError` where the cache
+        cannot be written, or where that folder or one on the way to it is a link."""
         return self._derived.folder(kind, key, device, variant)
 
     def shared_dir(self, kind: DerivedFolders, device: str, name: str) -> Path | None:
@@ -315,15 +319,15 @@ class ModelCache:
         away first so no reader ever sees a half-deleted entry."""
         folder = self.root / key
         if not is_own_entry(folder, key):
-            remove_if_empty(folder)  # an empty folder holds nothing of anyone's
+            remove_if_empty(self.root, folder)  # an empty folder holds nothing of anyone's
             return False
         trash = self._staging.trash(key)
         try:
             os.rename(folder, trash)
         except OSError:
-            remove_tree(folder)
+            remove_tree(self.root, folder)
             return True
-        remove_tree(trash)
+        remove_tree(self.root, trash)
         return True
 
     def _build_locked(
@@ -335,8 +339,10 @@ class ModelCache:
         replacing: bool = False,
     ) -> CacheEntry:
         """Build into a temporary folder and rename it into place; ``replacing``: the
-        library's entry there goes only once the build has succeeded."""
+        library's entry there goes only once the build has succeeded. A link at the entry's
+        place is refused by name, anything else there the library did not make as such."""
         target = self.root / key
+        refuse_links(self.root, target)
         if os.path.lexists(target) and not (replacing and is_own_entry(target, key)):
             raise CacheError(
                 f"cannot store the model at {target}: something there was not made by "
@@ -355,15 +361,14 @@ class ModelCache:
             except OSError as err:
                 raise unwritable(self.root, err) from err
         except BaseException:
-            remove_tree(tmp)
+            remove_tree(self.root, tmp)
             raise
         return CacheEntry(key=key, path=target, manifest=manifest)
 
     def _ensure_root(self) -> None:
-        try:
-            (self.root / LOCK_DIR).mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise unwritable(self.root, err) from err
+        """Make the root and its lock folder before a build, so that an unwritable cache,
+        or a link at the lock folder, is said before anything else is tried."""
+        make_dirs(self.root, self.root / LOCK_DIR)
 
     def _lock(self, key: str) -> KeyLock:
         return lock_file(self.root, key, self.lock_timeout)
