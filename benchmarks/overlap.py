@@ -4,9 +4,10 @@ same pipeline one after the other (``optimize(overlap=...)``).
     python benchmarks/overlap.py --pipelines minilm-ewt trf-base \\
         --output benchmarks/results/overlap-<machine>.json
 
-For each pipeline: ``optimize()`` as asked (default ``auto``) with ``overlap`` on (the
-runtime on the threads :mod:`spacy_accelerate.pipeline.thread_split` measures) and off
-(every thread), switched before each pass, then the held-out EWT test documents annotated
+For each pipeline: first ``optimize()`` as asked (default ``auto``) with ``overlap`` left to
+it, and the plan it decided (:mod:`spacy_accelerate.pipeline.thread_split`); then
+``overlap`` forced on (the runtime on the threads it measures) and off (every thread),
+switched before each pass, then the held-out EWT test documents annotated
 by ``nlp.pipe``, alternating, ``--repeats`` times; words per second over the whole call
 (median and range), the ratio, and whether the annotations (tags, dependencies, entities,
 and the transformer's last layer) are identical.
@@ -36,6 +37,13 @@ def _annotations(doc: Any) -> tuple:
 
 def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     nlp = load_benchmark_pipeline(name)
+    started = time.perf_counter()
+    spacy_accelerate.optimize(nlp, args.provider, args.precision)  # the default: decided
+    decided = {
+        "plan": dict(nlp.config["nlp"]["after_pipeline_creation"]["overlap_plan"]),
+        "optimize_seconds": round(time.perf_counter() - started, 1),
+    }
+    print(f"{name}: optimize() decided {decided['plan']}", flush=True)
     variants = {"overlap": True, "no overlap": False}
     words = sum(len(text.split()) for text in texts)
     seconds: dict[str, list[float]] = {variant: [] for variant in variants}
@@ -64,6 +72,7 @@ def measure(name: str, texts: list[str], args: argparse.Namespace) -> dict[str, 
     median = {variant: statistics.median(values) for variant, values in wps.items()}
     return {
         "served": proxy.exported.summary,
+        "decided_by_optimize": decided,
         "runtime_threads": threads,
         "words": words,
         "wps": {

@@ -13,6 +13,7 @@ from transformers import BertConfig, BertModel
 from spacy_accelerate import ConversionError
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.base import bert_like_state_dict
+from spacy_accelerate.backends.base import ServeRequest
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.options.request import build_config
@@ -111,9 +112,8 @@ def test_hugging_face_proxy_honours_token_type_ids(tmp_path: Path):
     model = BertModel(config).eval()
     nlp_config = build_config("cpu", "fp32", cache_dir=tmp_path)
     detected = detect_architecture(model)
-    session, exported = get_or_export(
-        model, detected, nlp_config, check_provider(nlp_config), ModelCache(tmp_path), window=16
-    )
+    request = ServeRequest.plain(model, detected, nlp_config, check_provider(nlp_config), 16)
+    session, exported = get_or_export(request, ModelCache(tmp_path))
     proxy = make_proxy(model, session, detected.spec, exported)
     ids = torch.randint(1, 60, (2, 9))
     types = torch.zeros_like(ids)

@@ -22,6 +22,7 @@ from annotations import disagreements, max_abs_diff, run
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.base import ServeRequest
 from spacy_accelerate.backends.onnxruntime.cuda_graphs import (
     FIRST_GRAPH_ID,
     GRAPH_ID_OPTION,
@@ -175,9 +176,8 @@ def roberta_session(sample_path: Callable[[str], Path], tmp_path_factory):
     nlp = spacy.load(sample_path("roberta"))
     module, detected = encoder_of(nlp)
     config = build_config("cpu", "fp32", cache_dir=tmp_path_factory.mktemp("io-binding"))
-    session, _ = get_or_export(
-        module, detected, config, check_provider(config), ModelCache(config.cache_dir), window=64
-    )
+    request = ServeRequest.plain(module, detected, config, check_provider(config), 64)
+    session, _ = get_or_export(request, ModelCache(config.cache_dir))
     return detected.spec, session
 
 

@@ -22,7 +22,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 #: The stages in dependency order; a module's layer is its first package below
 #: ``spacy_accelerate`` (or its own name, for the few modules at the top).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "errors", "cpu_features", "progress"),
+    ("_version", "errors", "cpu_features", "cpu_budget", "progress"),
     ("options",),
     ("architectures",),
     ("export",),
@@ -304,3 +304,68 @@ def test_a_long_function_is_caught():
     body = "".join(f"    x{i} = {i}\n" for i in range(59))
     assert long_functions(f"@decorated\ndef f():\n{body}") == [("f", 61)]
     assert long_functions(f"def f():\n{body}") == []
+
+
+#: A function taking more than this many parameters (``self`` and ``cls`` aside) repacks
+#: values that belong together in one object (as a transformer's serving does in
+#: :class:`~spacy_accelerate.backends.base.ServeRequest`).
+MAX_PARAMETERS = 8
+#: The functions allowed more, each with the reason. The public entry points take one
+#: keyword per option of ``optimize()``: that list is the documented interface, not
+#: values repacked between stages.
+MANY_PARAMETERS = {
+    f"{PACKAGE}.api.optimize": "optimize()'s options",
+    f"{PACKAGE}.api.make_optimize_callback": "spaCy's callback: optimize()'s options, as saved",
+    f"{PACKAGE}.api.make_optimize_callback_v1": "spaCy's callback of the first release",
+    f"{PACKAGE}.cli.optimize.optimize": "a command: one flag per option",
+    f"{PACKAGE}.cli.annotate.annotate": "a command: one flag per option",
+    f"{PACKAGE}.cli.bench.bench": "a command: one flag per option",
+    f"{PACKAGE}.ray.annotate.annotate": "public API: the dataset, the pipeline, Ray's pool",
+    f"{PACKAGE}.architectures.spec.read_bert_like_spec": (
+        "keyword-only facts of one encoder family (ALBERT's groups among them), 9"
+    ),
+}
+
+
+def many_parameters(source: str, limit: int = MAX_PARAMETERS) -> list[tuple[str, int]]:
+    """(qualified name, parameters) of each function in ``source`` taking more than
+    ``limit`` parameters: positional, keyword-only, ``*args`` and ``**kwargs`` alike,
+    a method's leading ``self`` or ``cls`` aside."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = getattr(child, "name", "")
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = child.args
+                named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                names = [a.arg for a in named] + [a.arg for a in (args.vararg, args.kwarg) if a]
+                if names[:1] in (["self"], ["cls"]):
+                    names = names[1:]
+                if len(names) > limit:
+                    found.append((prefix + name, len(names)))
+            visit(child, f"{prefix}{name}." if name else prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_no_function_takes_more_than_8_parameters():
+    many = {
+        f"{module}.{name}": count
+        for module, path in _modules().items()
+        for name, count in many_parameters(path.read_text(encoding="utf8"))
+    }
+    assert sorted(set(many) - set(MANY_PARAMETERS)) == []
+    assert sorted(set(MANY_PARAMETERS) - set(many)) == []  # fixed: leave the list
+
+
+def test_a_function_with_many_parameters_is_caught():
+    nine = ", ".join(f"a{i}" for i in range(9))
+    assert many_parameters(f"def f({nine}):\n    pass") == [("f", 9)]
+    method = "class C:\n    def m(self, a, /, b, *args, c, **kwargs):\n        pass"
+    assert many_parameters(method, limit=4) == [("C.m", 5)]
+    eight = ", ".join(f"a{i}" for i in range(8))
+    assert many_parameters(f"class C:\n    def m(self, {eight}):\n        pass") == []
+    nested = f"def outer():\n    def inner(*, {nine}):\n        pass"
+    assert many_parameters(nested) == [("outer.inner", 9)]

@@ -161,20 +161,21 @@ def test_overlap_false_and_one_cpu_run_spacys_pipe(
     def no_overlap(*args: object, **kwargs: object) -> Iterator[Doc]:
         raise AssertionError("overlap was used")
 
-    monkeypatch.setattr(overlap_module.OverlappedPipe, "__iter__", no_overlap)
+    monkeypatch.setattr(overlap_module.OverlappedPipe, "__next__", no_overlap)
     assert len(list(AcceleratedPipe(roberta, overlap=False)(many_texts[:4]))) == 4
     spacy_accelerate.optimize(roberta, "cpu", "fp32", overlap=False)
     assert len(list(roberta.pipe(many_texts[:4]))) == 4
-    spacy_accelerate.optimize(roberta, "cpu", "fp32")  # the default: overlap
-    from spacy_accelerate.pipeline import pipe as pipe_module
+    spacy_accelerate.optimize(roberta, "cpu", "fp32", overlap=True)
+    from spacy_accelerate import cpu_budget
 
-    monkeypatch.setattr(pipe_module, "default_threads", lambda: 1)
+    monkeypatch.setattr(cpu_budget, "affinity_cpus", lambda: 1)
     assert len(list(roberta.pipe(many_texts[:4]))) == 4
 
 
 def test_overlap_is_recorded_with_the_pipeline(roberta: Language, tmp_path: Path):
     roberta.to_disk(tmp_path / "saved")
-    assert "overlap = true" in (tmp_path / "saved" / "config.cfg").read_text()
+    saved = (tmp_path / "saved" / "config.cfg").read_text()
+    assert "overlap = true" in saved and "[nlp.after_pipeline_creation.overlap_plan]" in saved
     loaded = spacy.load(tmp_path / "saved")
     assert isinstance(loaded.pipe, AcceleratedPipe) and loaded.pipe.overlap
     off = spacy.load(tmp_path / "saved", config={"nlp.after_pipeline_creation.overlap": False})

@@ -11,24 +11,38 @@ import spacy
 from spacy.language import Language
 
 import spacy_accelerate
-from spacy_accelerate.pipeline import pipe as pipe_module
+from spacy_accelerate import cpu_budget
+from spacy_accelerate.cpu_budget import OverlapCost
 from spacy_accelerate.pipeline import thread_split
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.stage_times import Breakdown, Stage, StageKind, breakdown
-from spacy_accelerate.pipeline.thread_split import runtime_threads, sample_texts
+from spacy_accelerate.pipeline.thread_split import sample_texts
 
 #: Per-word seconds measured on the Xeon (2 CPUs): minilm-ewt's light encoder and heavy
 #: heads, trf-base's heavy encoder and light heads (benchmarks/results/overlap-*.json).
 HEAVY_HEADS = (65e-6, 13e-6, 103e-6)
 HEAVY_ENCODER = (270e-6, 9e-6, 35e-6)
+#: The encoder nearly all the time (en_core_web_trf's shape on a slow CPU).
+ENCODER_BOUND = (270e-6, 9e-6, 5e-6)
+
+
+def _cost(threads: int, times: tuple[float, float, float]) -> OverlapCost:
+    return OverlapCost(threads, *times)
 
 
 def test_one_thread_fewer_where_the_components_take_about_as_long_as_the_encoder():
-    assert runtime_threads(2, *HEAVY_HEADS) == 1
-    assert runtime_threads(2, *HEAVY_ENCODER) == 2  # the encoder would run twice as long
-    assert runtime_threads(16, *HEAVY_ENCODER) == 15  # one core of 16 costs it little
-    assert runtime_threads(1, *HEAVY_HEADS) == 1
+    assert _cost(2, HEAVY_HEADS).runtime_threads == 1
+    assert _cost(2, HEAVY_ENCODER).runtime_threads == 2  # the encoder would run twice as long
+    assert _cost(16, HEAVY_ENCODER).runtime_threads == 15  # one core of 16 costs it little
+    assert _cost(1, HEAVY_HEADS).runtime_threads == 1
+
+
+def test_overlap_is_predicted_to_pay_only_where_the_components_weigh():
+    assert _cost(2, HEAVY_HEADS).pays and _cost(2, HEAVY_HEADS).gain > 1.2
+    assert not _cost(2, ENCODER_BOUND).pays  # under MIN_OVERLAP_GAIN
+    assert 1.0 < _cost(2, HEAVY_ENCODER).gain < 1.1  # the CPUs' work bounds it
+    assert not _cost(1, HEAVY_HEADS).pays  # one CPU: nothing to overlap on
 
 
 def test_the_sample_holds_about_the_words_asked_for():
@@ -53,11 +67,7 @@ def _times(encoder: float, around: float, components: float) -> Breakdown:
 @pytest.fixture()
 def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """Overlap can run (whatever this machine has), and the runtime's default is 2."""
-    monkeypatch.setattr(pipe_module, "default_threads", lambda: 2)
-    from spacy_accelerate.options import request
-
-    monkeypatch.setattr(request, "default_threads", lambda: 2)
-    monkeypatch.setattr(thread_split, "_MEASURED", {})
+    monkeypatch.setattr(cpu_budget, "affinity_cpus", lambda: 2)
 
 
 def _served_threads(nlp: Language) -> int:
@@ -66,37 +76,47 @@ def _served_threads(nlp: Language) -> int:
 
 
 @pytest.mark.usefixtures("two_cpus")
-def test_optimize_serves_on_the_measured_split_once_per_served_pipeline(
+def test_optimize_serves_on_the_measured_split_and_measures_a_predicted_gain(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
     measured: list[int] = []
+    gains: list[int] = []
 
     def timed(nlp: Language, texts: list[str], batch_size: int = 64) -> Breakdown:
         measured.append(len(texts))
         return _times(*HEAVY_HEADS)
 
+    def gain(nlp: Language, proxies: list, runtime: int, texts: list[str]) -> float:
+        gains.append(runtime)
+        return 1.01  # measured no gain, whatever the model predicted
+
     monkeypatch.setattr(thread_split, "breakdown", timed)
+    monkeypatch.setattr(thread_split, "_measured_gain", gain)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
-    assert _served_threads(nlp) == 1 and len(measured) == 2  # a warm-up pass, then timed
-    docs = list(nlp.pipe(["One text.", "Another one."] * 4, batch_size=2))
-    assert len(docs) == 8
-    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
-    assert _served_threads(nlp) == 1 and len(measured) == 2  # remembered, not timed again
-    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, threads=2)
+    assert len(measured) == 2 and gains == [1]  # a warm-up pass, timed, then both ways
+    assert _served_threads(nlp) == 2 and not nlp.pipe.overlap  # no gain: off
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=True)
+    assert _served_threads(nlp) == 1 and nlp.pipe.overlap  # forced, on the split
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, threads=2, overlap=True)
     assert _served_threads(nlp) == 2  # threads given: the caller's
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=False)
-    assert _served_threads(nlp) == 2 and len(measured) == 2
+    assert _served_threads(nlp) == 2 and len(measured) == 6  # off: nothing timed
+    docs = list(nlp.pipe(["One text.", "Another one."] * 4, batch_size=2))
+    assert len(docs) == 8
 
 
 @pytest.mark.usefixtures("two_cpus")
-def test_a_heavy_encoder_keeps_every_thread(
-    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_measured_gain_times_both_ways_on_the_real_pipeline(
+    sample_path: Callable[[str], Path], cache_dir: Path
 ):
-    monkeypatch.setattr(thread_split, "breakdown", lambda *a, **k: _times(*HEAVY_ENCODER))
     nlp = spacy.load(sample_path("roberta"))
-    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
-    assert _served_threads(nlp) == 2
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=False)
+    proxies = list(spacy_accelerate.accelerated_components(nlp).values())
+    before = [proxy.serving() for proxy in proxies]
+    gain = thread_split._measured_gain(nlp, proxies, 1, sample_texts(200))
+    assert 0.1 < gain < 10
+    assert [proxy.serving() for proxy in proxies] == before  # put back as it was
 
 
 def test_the_breakdown_times_each_stage_and_leaves_the_module_in_place(
@@ -124,3 +144,51 @@ def _rows(component: str) -> list[str]:
         f"transformer {StageKind.ENCODER_CALL.value}",
         f"transformer {StageKind.AROUND_CALL.value}",
     ]
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_no_predicted_gain_means_overlap_off_by_default(
+    sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(thread_split, "breakdown", lambda *a, **k: _times(*ENCODER_BOUND))
+    monkeypatch.setattr(thread_split, "_measured_gain", None)  # not timed both ways
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
+    assert not nlp.pipe.overlap and _served_threads(nlp) == 2
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=True)
+    assert nlp.pipe.overlap  # forced
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_the_plan_is_measured_once_and_kept_by_saved_and_pickled_copies(
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+):
+    timed: list[int] = []
+
+    def breakdown(nlp: Language, texts: list[str], batch_size: int = 64) -> Breakdown:
+        timed.append(len(texts))
+        return _times(*HEAVY_HEADS)
+
+    monkeypatch.setattr(thread_split, "breakdown", breakdown)
+    monkeypatch.setattr(thread_split, "_measured_gain", lambda *a: 1.3)
+    nlp = spacy.load(sample_path("roberta"))
+    spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
+    assert nlp.pipe.overlap and _served_threads(nlp) == 1 and len(timed) == 2
+    for bundle in (True, False):
+        spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, bundle=bundle)
+        nlp.to_disk(tmp_path / f"saved-{bundle}")
+        loaded = spacy.load(tmp_path / f"saved-{bundle}")
+        assert loaded.pipe.overlap and _served_threads(loaded) == 1
+    assert len(timed) == 6  # once per optimize(), never at load
+    copied = spacy_accelerate.accelerated_components(pickle_round_trip(loaded))
+    assert [m.session.config.intra_op_threads for m in copied.values()] == [1]
+    assert len(timed) == 6
+
+
+def pickle_round_trip(nlp: Language) -> Language:
+    import pickle
+
+    return pickle.loads(pickle.dumps(nlp))

@@ -1,5 +1,5 @@
 """``nlp.pipe(n_process=N)`` on accelerated pipelines: no hang, the same annotations as one
-process, and the workers share the parent's threads (``spacy_accelerate.pipeline.workers``)."""
+process, and the workers share the parent's threads (``spacy_accelerate.cpu_budget``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import spacy
 from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR
 
 import spacy_accelerate
+from spacy_accelerate.cpu_budget import CpuBudget, worker_count
 from spacy_accelerate.pipeline.pipe import AcceleratedPipe
-from spacy_accelerate.pipeline.workers import WorkerShare, worker_count
 
 #: The script each test runs in a fresh interpreter.
 WORKERS_SCRIPT = Path(__file__).parent / "workers_script.py"
@@ -61,7 +61,7 @@ def test_n_process_on_minilm_ewt_accelerated_auto_is_one_process_split_in_two(
 ):
     # minilm-ewt's heads run torch ops (a scalar weighting of the layers): without the
     # library's fork handler the forked workers hang in torch's thread pool.
-    # The parent annotates with overlap (the default), its component behind the
+    # The parent annotates with overlap (asked for), its component behind the
     # transformer; threads given, so that the runtime keeps all of them (no split).
     cpus = len(os.sched_getaffinity(0))
     options = {
@@ -69,6 +69,7 @@ def test_n_process_on_minilm_ewt_accelerated_auto_is_one_process_split_in_two(
         "precision": "auto",
         "cache_dir": str(trained_minilm_cache),
         "threads": cpus,
+        "overlap": True,
     }
     found = _run_workers("minilm-ewt", ewt_texts[:24], "fork", options, samples_root)
     _check_workers(found, cpus)
@@ -91,7 +92,7 @@ def test_each_worker_runs_on_its_share_of_the_parents_threads(
 
 
 def test_the_share_counts_the_workers_of_the_calls_running_now():
-    share = WorkerShare()
+    share = CpuBudget()
     assert share.threads_each(8) == 8
     with share.sharing(2):
         assert share.threads_each(8) == 4 and share.threads_each(1) == 1

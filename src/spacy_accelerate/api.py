@@ -6,7 +6,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from spacy.language import Language
 from spacy.util import registry
 
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
+from spacy_accelerate.backends.base import ServeRequest
 from spacy_accelerate.backends.registry import (
     check_provider,
     fallback_chain,
@@ -56,11 +57,10 @@ from spacy_accelerate.pipeline.persist import (
     restore,
     unpatch_all,
 )
-from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.pipeline.proxy import make_proxy
 from spacy_accelerate.pipeline.recording import record_probe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
-from spacy_accelerate.pipeline.thread_split import split_threads
+from spacy_accelerate.pipeline.thread_split import plan_overlap
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.provision.bundle import (
@@ -113,7 +113,7 @@ def optimize(
     lock_timeout: float | None = None,
     missing_cache: str | MissingCache = "rebuild",
     bundle: bool = True,
-    overlap: bool = DEFAULT_OVERLAP,
+    overlap: bool | None = DEFAULT_OVERLAP,
 ) -> Language:
     """Serve every transformer of ``nlp`` by ``provider`` (ONNX Runtime's providers or
     OpenVINO) in ``precision``; mutate and return ``nlp``.
@@ -167,11 +167,12 @@ def apply_config(
             serve_first(fallback_chain(config), accelerator)
     finally:
         accelerator.close()
-    if config.overlap and threads is None and overlapped_stages(nlp) is not None:
-        split_threads(nlp)  # the runtime's share of the CPUs under overlap, measured
     for name, proxy in accelerated_components(nlp).items():
         _log_served(name, proxy.exported)
-    _remember(nlp, request or OptimizeRequest.from_config(config, threads=threads))
+    recorded = request.plan if reloading and request is not None else None
+    plan = recorded or plan_overlap(nlp, config.overlap, threads_given=threads is not None)
+    request = request or OptimizeRequest.from_config(config, threads=threads)
+    _remember(nlp, replace(request, overlap_plan=plan.record()))
     return nlp
 
 
@@ -248,24 +249,22 @@ class Accelerator:
         )
         calibration = self.sources.of(location, detected.spec, attempt)
         judge = agreement_judge(calibration, module, attempt) if calibration is not None else None
-        session, exported = get_or_export(  # 6. get or export the served model
+        request = ServeRequest(
             module,
             detected,
             attempt,
             resolved,
-            self.cache,
-            window=spans.window,
-            buckets=buckets,
+            target.verification,
+            buckets,
             calibration=calibration,
             judge=judge,
-            verification=target.verification,
-            build_allowed=self.build_allowed,
-            exclusive=functools.partial(exclusive, location),
-            source=PipelineSource.of(self.nlp.meta, location.component),
             limits=limits,
-            references=target.references,
+            build_allowed=self.build_allowed,
+            source=PipelineSource.of(self.nlp.meta, location.component),
+            references=target.references.of,  # computed holding the module (Target.of)
             export=target.export,
         )
+        session, exported = get_or_export(request, self.cache)  # 6. get or export the model
         proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
         patch(location, proxy)  # 8. patch
         if attempt.warmup:
@@ -379,9 +378,12 @@ def _serve_bundled(
     detected = detect_architecture(location.pytorch_module)
     guard(location)
     spans = find_span_settings(component)
-    buckets = BucketPlan.for_pipeline(config.gpu, detected.spec, spans.window, spans.batch_size)
+    attempt, resolved = bundle.servable(location.component, config)  # Unservable: not here
+    buckets = BucketPlan.for_pipeline(attempt.gpu, detected.spec, spans.window, spans.batch_size)
     module = location.pytorch_module
-    session, exported = serve_bundled(bundle, location.component, module, detected, config, buckets)
+    verification = Verification(window=spans.window)
+    request = ServeRequest(module, detected, attempt, resolved, verification, buckets)
+    session, exported = serve_bundled(bundle, location.component, request)
     proxy = make_proxy(module, session, detected.spec, exported)
     patch(location, proxy)
     if config.warmup:
@@ -426,7 +428,8 @@ def make_optimize_callback(
     lock_timeout: float | None = None,
     missing_cache: str = MissingCache.REBUILD.value,
     bundle: bool = True,
-    overlap: bool = DEFAULT_OVERLAP,
+    overlap: bool | None = DEFAULT_OVERLAP,
+    overlap_plan: dict[str, Any] | None = None,
     cache_dir: str | None = None,
     saved_cache_dir: str | None = None,
     calibration_texts: list[str] | None = None,

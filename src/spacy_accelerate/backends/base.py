@@ -6,6 +6,8 @@ a cache entry serves for it, what of its runtime goes into the cache key, and th
 folders of derived artefacts (engines, compiled blobs) it keeps beside an entry. The
 build (:mod:`spacy_accelerate.provision.get_or_export`) and the provider registry
 (:mod:`spacy_accelerate.backends.registry`) use backends only through :class:`Backend`.
+What one transformer's serving asks for travels as one :class:`ServeRequest`, from
+``optimize()`` to the backend's build (:attr:`BuildJob.request`).
 
 To add a backend: a folder under ``backends/`` with a subclass of :class:`Backend`, and
 a row in the provider table for each provider it serves
@@ -26,19 +28,21 @@ from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.cache.derived import DerivedFolders
+from spacy_accelerate.cache.provenance import PipelineSource
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.cpu_features import CpuFeatures
 from spacy_accelerate.errors import OutpacedError
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.providers import ProviderSpec
-from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.verify.calibration import Calibration, Judge
+from spacy_accelerate.verify.calibration import Calibration, CalibrationInputs, Judge
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.record import BuildRecord, BuiltModel
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits, races
+from spacy_accelerate.verify.verification import Verification
 
 #: PyTorch's outputs for the rows a model is checked on (computed once per batch).
 References = Callable[[Sequence[EncoderInputs]], list[list[Any]]]
@@ -67,36 +71,131 @@ class ExportedGraph(Protocol):
         hard-linked into the later builds' folders where the filesystem allows."""
 
 
-@dataclass(frozen=True)
-class BuildJob:
-    """One model to build from the exported graph (``export``) into ``path`` (in the
-    entry's temporary folder, named as the entry's model file when it is ONNX): what it
-    must match and where it will run."""
+class Exports(Protocol):
+    """One encoder's exported graphs, one per opset, made once and read by every build of
+    one ``optimize()`` call (:class:`~spacy_accelerate.provision.exports.SharedExport`)."""
 
-    path: Path
-    export: ExportedGraph
+    def at(self, opset: int, name: str) -> ExportedGraph:
+        """The graph exported at ``opset`` (named ``name``), exported on first use."""
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """One transformer to serve in one attempt: its PyTorch module, what the model is
+    checked and judged on, and what bounds and records the build.
+
+    Why one object: these values travel together from ``optimize()``
+    (:class:`~spacy_accelerate.api.Accelerator`, a saved pipeline's bundle) through
+    :func:`~spacy_accelerate.provision.get_or_export.get_or_export` into the backend's
+    build (:attr:`BuildJob.request`); built once, none of them is repacked on the way.
+    """
+
     module: torch.nn.Module
     detected: DetectedEncoder
+    #: The attempt: its provider and precision decided (``auto`` resolved).
     config: OptimizeConfig
     provider: ResolvedProvider
-    layout: SessionLayout
-    cache: ModelCache
-    gate: Gate
-    #: The rows every candidate is checked on, and PyTorch's outputs for any rows.
-    batches: list[EncoderInputs]
-    references: References
-    #: A lossy build's calibration texts' inputs (None: fp32), and the judge of a
-    #: candidate inside the pipeline (its agreement, or an AgreementError).
-    calibration: Calibration | None = None
+    #: The rows every model is checked on (the span window among them): part of the key.
+    verification: Verification
+    #: The GPU shapes the session binds.
+    buckets: BucketPlan
+    #: A lossy plan's calibration (its digest is in the key; the pipeline runs over its
+    #: texts only when a model is built) and the judge of a candidate in the pipeline.
+    calibration: CalibrationInputs | None = None
     judge: Judge | None = None
-    #: Under ``precision="auto"``: the plans a lossy plan must outrun (raced before it is
-    #: judged; a plan that loses raises :class:`OutpacedError`) and whether an int8
-    #: search may search its ladders now.
+    #: Under ``precision="auto"``: the plans a lossy build must outrun (a build they
+    #: outpace raises :class:`OutpacedError`, stored nowhere).
     limits: Limits = NO_LIMITS
+    #: False where a saved pipeline is told not to export where it loads: a missing entry
+    #: then raises :class:`~spacy_accelerate.errors.CacheMissError`.
+    build_allowed: bool = True
+    #: The pipeline and component the model comes from, recorded in the manifest of an
+    #: entry built for it (not in its key).
+    source: PipelineSource | None = None
+    #: PyTorch's outputs and the exported graph, shared with the other builds of one
+    #: search (None: the call's own: PyTorch's outputs computed without holding the
+    #: module, the export removed when :func:`get_or_export` returns).
+    references: References | None = None
+    export: Exports | None = None
+
+    @classmethod
+    def plain(
+        cls,
+        module: torch.nn.Module,
+        detected: DetectedEncoder,
+        config: OptimizeConfig,
+        provider: ResolvedProvider,
+        window: int,
+    ) -> ServeRequest:
+        """A request outside a pipeline: checked on random and control ids of ``window``
+        pieces, its GPU shapes derived from ``window`` alone, nothing shared."""
+        buckets = BucketPlan.for_pipeline(config.gpu, detected.spec, window, DEFAULT_MAX_BATCH)
+        return cls(module, detected, config, provider, Verification(window=window), buckets)
 
     @property
     def spec(self) -> EncoderSpec:
         return self.detected.spec
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One model to build for ``request`` from the exported graph (``export``) into
+    ``path`` (in the entry's temporary folder, named as the entry's model file when it is
+    ONNX): the request whole, and what its build derived from it (where the session keeps
+    its artefacts, the rows it is checked on and PyTorch's outputs for any rows)."""
+
+    request: ServeRequest
+    path: Path
+    export: ExportedGraph
+    layout: SessionLayout
+    cache: ModelCache
+    #: The rows every candidate is checked on, and PyTorch's outputs for any rows.
+    batches: list[EncoderInputs]
+    references: References
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.request.module
+
+    @property
+    def detected(self) -> DetectedEncoder:
+        return self.request.detected
+
+    @property
+    def spec(self) -> EncoderSpec:
+        return self.request.detected.spec
+
+    @property
+    def config(self) -> OptimizeConfig:
+        return self.request.config
+
+    @property
+    def provider(self) -> ResolvedProvider:
+        return self.request.provider
+
+    @property
+    def gate(self) -> Gate:
+        """What every candidate's parity to PyTorch must meet (see :meth:`check`)."""
+        return self.request.config.gate()
+
+    @property
+    def calibration(self) -> Calibration | None:
+        """A lossy build's calibration texts' inputs (None: fp32), recorded on first use."""
+        calibration = self.request.calibration
+        return calibration.full if calibration is not None else None
+
+    @property
+    def judge(self) -> Judge | None:
+        """The judge of a candidate inside the pipeline (its agreement, or an
+        AgreementError)."""
+        return self.request.judge
+
+    @property
+    def limits(self) -> Limits:
+        """Under ``precision="auto"``: the plans a lossy plan must outrun (raced before it
+        is judged; a plan that loses raises :class:`OutpacedError`) and whether an int8
+        search may search its ladders now."""
+        return self.request.limits
 
     def check(self, session: Session, gate: Gate | None = None) -> ParityReport:
         """``session`` held to ``gate`` (the build's by default) on the build's rows (an

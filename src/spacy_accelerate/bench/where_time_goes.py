@@ -11,7 +11,6 @@ more processes (``n_process``, Ray actors), each with its share of the threads
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,8 +18,9 @@ from spacy.language import Language
 
 from spacy_accelerate.api import accelerated_components
 from spacy_accelerate.bench.baselines import PyTorch, Variant
-from spacy_accelerate.options.config import default_threads
-from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
+from spacy_accelerate.cpu_budget import OverlapCost, available_cpus
+from spacy_accelerate.pipeline.stage_times import Breakdown, breakdown
+from spacy_accelerate.pipeline.thread_split import cost_of
 
 
 def breakdowns(
@@ -58,53 +58,35 @@ def table(found: Mapping[str, Breakdown]) -> list[str]:
 
 @dataclass(frozen=True)
 class CoreAdvice:
-    """One process or several on ``cpus`` CPUs, from an accelerated pipeline's stages
-    timed with its runtime on ``threads`` threads (seconds per word)."""
+    """One process or several on ``cpus`` CPUs, from the overlap cost model
+    (:class:`~spacy_accelerate.cpu_budget.OverlapCost`, the one ``optimize()`` decides
+    overlap with) of an accelerated pipeline's stages."""
 
     cpus: int
-    threads: int
-    encoder: float
-    around: float
-    components: float
+    cost: OverlapCost
 
     @classmethod
     def of(cls, timed: Breakdown, threads: int, cpus: int | None = None) -> CoreAdvice:
-        return cls(
-            cpus=cpus if cpus is not None else default_threads(),
-            threads=threads,
-            encoder=timed.per_word(StageKind.ENCODER_CALL),
-            around=timed.per_word(StageKind.AROUND_CALL),
-            components=timed.per_word(StageKind.TOKENIZER, StageKind.COMPONENT),
-        )
+        return cls(cpus if cpus is not None else available_cpus(), cost_of(timed, threads))
 
     @property
     def ceiling(self) -> float:
-        """Words per second one overlapped process reaches at most, however many cores:
-        its slower thread's rate without the encoder (which scales with threads)."""
-        return 1 / max(self.components, self.around)
+        return self.cost.ceiling
 
     @property
     def saturating_threads(self) -> int | None:
-        """The runtime threads at which the encoder keeps pace with the components (the
-        encoder's time taken to scale with threads); None where it never does."""
-        spare = self.components - self.around
-        return math.ceil(self.encoder * self.threads / spare) if spare > 0 else None
+        return self.cost.saturating_threads
 
     @property
     def processes(self) -> int:
-        """How many processes use this machine's CPUs best: one, until a process's
-        components, not its encoder, bound it; then one per saturating share."""
-        saturating = self.saturating_threads
-        if saturating is None or saturating + 1 >= self.cpus:
-            return 1
-        return max(1, self.cpus // (saturating + 1))
+        return self.cost.processes(self.cpus)
 
     def describe(self) -> list[str]:
         """What to run on this machine, and why, in a few lines."""
         saturating = self.saturating_threads
         lines = [
             f"one process reaches at most {self.ceiling:,.0f} words/s: spaCy's components "
-            f"take {1e6 * self.components:.0f} us per word on the caller's thread"
+            f"take {1e6 * self.cost.components:.0f} us per word on the caller's thread"
         ]
         if saturating is not None:
             lines.append(
@@ -112,7 +94,11 @@ class CoreAdvice:
                 "(one more CPU for the components)"
             )
         if self.processes == 1:
-            lines.append(f"on these {self.cpus} CPUs: one process, overlap on (the default)")
+            overlap = "on" if self.cost.pays else "off"
+            lines.append(
+                f"on these {self.cpus} CPUs: one process, overlap {overlap} (predicted "
+                f"{self.cost.gain:.2f}x; optimize() measures it)"
+            )
         else:
             each = self.cpus // self.processes
             lines.append(

@@ -75,10 +75,12 @@ Bundle = Annotated[
     ),
 ]
 Overlap = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         help="--output's pipeline runs the transformer while spaCy's components annotate "
-        "the batch before (--no-overlap: one after the other)."
+        "the batch before (--no-overlap: one after the other; neither: where it measures "
+        "a gain here).",
+        show_default=False,
     ),
 ]
 

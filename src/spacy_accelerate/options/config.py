@@ -8,7 +8,6 @@ cache key is computed from exactly the values that shaped the exported file.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -96,18 +95,10 @@ def parse_precision(value: str | Precision) -> Precision:
     return parse_enum(Precision, value, "precision")
 
 
-def default_threads() -> int:
-    # The CPUs this process may run on, not the machine's: containers and
-    # `taskset` restrict the former, and oversubscription costs more than it gains.
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
-
-
 #: Whether ``nlp.pipe`` overlaps the transformer with the components behind it unless
-#: told otherwise (where it can: :class:`~spacy_accelerate.pipeline.pipe.AcceleratedPipe`).
-DEFAULT_OVERLAP = True
+#: told otherwise: None, where ``optimize()`` measures that it pays
+#: (:mod:`spacy_accelerate.pipeline.thread_split`).
+DEFAULT_OVERLAP: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -131,8 +122,9 @@ class OptimizeConfig:
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
     #: Whether ``nlp.pipe`` runs the transformer in a helper thread while the components
-    #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`).
-    overlap: bool = DEFAULT_OVERLAP
+    #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`);
+    #: None: where it measures a gain (:mod:`spacy_accelerate.pipeline.thread_split`).
+    overlap: bool | None = DEFAULT_OVERLAP
     #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).
     calibration_texts: tuple[str, ...] | None = None

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from spacy_accelerate.cpu_budget import OverlapPlan, available_cpus
 from spacy_accelerate.errors import Advice, InvalidOptionError, joined, spelled
 from spacy_accelerate.options.agreement import AgreementBounds, parse_min_agreement
 from spacy_accelerate.options.applicability import inapplicable
@@ -35,7 +36,6 @@ from spacy_accelerate.options.config import (
     Precision,
     Provider,
     check_gpu_options,
-    default_threads,
     parse_enum,
     parse_precision,
     parse_provider,
@@ -73,7 +73,7 @@ class OptimizeOptions:
         default=MissingCache.REBUILD.value, metadata=LOAD_TIME
     )
     bundle: bool = field(default=True, metadata=LOAD_TIME)
-    overlap: bool = field(default=DEFAULT_OVERLAP, metadata=LOAD_TIME)
+    overlap: bool | None = field(default=DEFAULT_OVERLAP, metadata=LOAD_TIME)
 
 
 def build_config(
@@ -110,11 +110,11 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
         precision=parsed_precision,
         cache_dir=Path(cache_dir) if cache_dir is not None else None,
         warmup=bool(options.warmup),
-        overlap=bool(options.overlap),
+        overlap=None if options.overlap is None else bool(options.overlap),
         verify=bool(options.verify),
         tolerance=float(tolerance) if tolerance is not None else None,
         min_cosine=float(min_cosine) if min_cosine is not None else None,
-        intra_op_threads=threads if threads is not None else default_threads(),
+        intra_op_threads=threads if threads is not None else available_cpus(),
         gpu=gpu_options,
         fallback=bool(options.fallback),
         calibration_texts=texts,
@@ -237,6 +237,10 @@ class OptimizeRequest(OptimizeOptions):
     #: What is saved of the calibration texts ``optimize()`` was given.
     calibration_sha256: str | None = None
     calibration_count: int | None = None
+    #: Whether ``nlp.pipe`` overlaps, and the runtime's threads under it, as ``optimize()``
+    #: decided (``thread_split.OverlapPlan.record``): a loaded pipeline serves the same plan,
+    #: with no timing (None: none decided yet).
+    overlap_plan: dict[str, Any] | None = field(default=None, metadata=LOAD_TIME)
 
     @classmethod
     def from_config(cls, config: OptimizeConfig, *, threads: int | None) -> OptimizeRequest:
@@ -267,6 +271,19 @@ class OptimizeRequest(OptimizeOptions):
             calibration_count=config.calibration_count,
         )
 
+    @property
+    def plan(self) -> OverlapPlan | None:
+        """The overlap plan recorded with the pipeline for its ``overlap`` option, if any
+        (one decided for another value, or unreadable: none)."""
+        plan = OverlapPlan.from_record(self.overlap_plan)
+        return plan if plan is not None and plan.asked is self.overlap else None
+
+    @property
+    def overlaps(self) -> bool:
+        """Whether the pipeline's ``nlp.pipe`` overlaps: as planned, else as asked."""
+        plan = self.plan
+        return plan.overlap if plan is not None else bool(self.overlap)
+
     def options(self, cache_dir: str | os.PathLike[str] | None) -> OptimizeOptions:
         """``optimize()``'s options of this record (every field of the same name), with
         ``cache_dir`` as resolved where the pipeline loads."""
@@ -277,6 +294,9 @@ class OptimizeRequest(OptimizeOptions):
         """The validated options for the machine the pipeline loads on, its cache folder
         ``cache_dir`` as the caller there gives it (None: the environment's or default)."""
         config = validate(self.options(cache_dir), saved=True)
+        plan = self.plan
+        if plan is not None and self.threads is None:  # no timing, sessions opened once
+            config = replace(config, intra_op_threads=plan.runtime_threads(config.intra_op_threads))
         if self.calibration_texts is None and self.calibration_sha256 is not None:
             config = replace(
                 config,

@@ -17,32 +17,45 @@ the accelerated transformer already runs batch k+1.
 Each stage is spaCy's own ``Language.pipe`` with the other stages' components disabled, so
 batching, ``component_cfg``, error handlers and the order of the documents are spaCy's:
 every document meets every component in the same batches as without overlap, and gets the
-same annotations. The main thread keeps the helper at most two batches ahead.
+same annotations.
 
-Where every transformer is served by a runtime, torch does only glue on both threads
-(moving arrays, the heads' layer weighting), and the call runs it on one thread: torch's
-OpenMP pool, entered from two threads at once, keeps a team of spinning workers for each,
-which took the cores from the runtime and the components (measured:
-``benchmarks/results/overlap-*.json``, docs/performance.md). The caller's setting is put
-back when the call ends; meanwhile the caller's own torch work between documents runs on
-one thread too.
+**Memory is bounded**, in batches of the call's ``batch_size``: at most
+:data:`INBOX_BATCHES` batches of tokenized documents wait for the helper; the helper runs
+one batch, and hands its documents over :data:`OUTBOX_DOCUMENTS` at a time, waiting while
+the caller's thread has not taken them, so at most one finished batch of transformer
+output waits ahead of the batch the components run (without overlap: none).
 
-An exception in the helper is raised in the caller's thread at the document it stopped
-at; a generator closed early, or an exception behind, stops the helper, and the helper
-thread is joined before the call returns: no thread outlives it.
+**torch's threads.** Where every transformer is served by a runtime, torch does only glue
+on both threads (moving arrays, the heads' layer weighting), and runs on one thread during
+the library's work: torch's OpenMP pool, entered from two threads at once, keeps a team of
+spinning workers for each, which took the cores from the runtime and the components
+(measured: ``benchmarks/results/overlap-*.json``, docs/performance.md). The change lasts
+only while a document is being made (:func:`~spacy_accelerate.cpu_budget.glue_threads`),
+never across a ``yield``: between two documents, and in threads started meanwhile, torch
+runs on the caller's count (:mod:`spacy_accelerate.cpu_budget`).
+
+**Ending.** An exception in the helper is raised in the caller's thread at the document it
+stopped at. The end of the documents, an exception behind the transformer (Ctrl-C
+included), ``close()``, or the pipe being collected unfinished (abandoned, in a reference
+cycle, on whatever thread the collector runs) stop the helper before its next runtime call
+(:mod:`.cancellation`), not at the end of its batch; the caller's thread then waits for it
+(never the helper itself), so no thread outlives the call.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from spacy.language import Language
 from spacy.tokens import Doc
+
+from spacy_accelerate.cpu_budget import callers_threads, glue_threads, helper_threads
+from spacy_accelerate.pipeline.cancellation import Cancelled, cancellable
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,15 @@ _END = object()
 #: The helper waits for input.
 _HUNGRY = object()
 
+#: Tokenized documents waiting for the helper, in batches: the caller's thread tokenizes
+#: ahead while the helper runs the transformer.
+INBOX_BATCHES = 2
+#: Documents the helper hands over at a time: it waits while the caller's thread has not
+#: taken them, so that its finished batch is the only one ahead of the components.
+OUTBOX_DOCUMENTS = 1
+#: Seconds a blocked hand-over waits before it looks again whether the call ended.
+_POLL = 0.05
+
 
 @dataclass
 class _Failure:
@@ -87,82 +109,172 @@ class _Failure:
 
 
 @dataclass
-class OverlappedPipe:
-    """The documents of ``texts``, annotated by ``nlp`` in :class:`Stages` (see the
-    module's docstring). Iterate it once."""
+class _Channel:
+    """What the caller's thread and the helper share. The helper holds this and never the
+    :class:`OverlappedPipe`, so that an abandoned pipe is collected (and its helper
+    stopped) like any object."""
 
-    nlp: Language
-    texts: Iterable[Any]
-    stages: Stages
-    #: ``Language.pipe``'s other keyword arguments (batch_size, component_cfg, disable).
-    options: dict[str, Any]
     batch_size: int
-    #: Whether torch does only glue here (every transformer served by a runtime): it then
-    #: runs on one thread while the call lasts (see the module's docstring).
-    glue_only: bool = False
-    _inbox: queue.Queue[Any] = field(default_factory=queue.Queue, init=False)
-    _outbox: queue.Queue[Any] = field(default_factory=queue.Queue, init=False)
-    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    inbox: queue.Queue[Any] = field(default_factory=queue.Queue)
+    outbox: queue.Queue[Any] = field(default_factory=lambda: queue.Queue(maxsize=OUTBOX_DOCUMENTS))
+    stop: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
 
-    def __iter__(self) -> Iterator[Doc]:
-        pipe = type(self.nlp).pipe
-        front = pipe(self.nlp, self.texts, **self._stage(self.stages.front))
-        helper = threading.Thread(
-            target=self._run_helper, name="spacy-accelerate-transformer", daemon=True
-        )
-        previous = torch.get_num_threads()
-        torch.set_num_threads(1 if self.glue_only else previous)
-        helper.start()
-        try:
-            yield from pipe(self.nlp, self._finished(front), **self._stage(self.stages.behind))
-        finally:
-            self._stop.set()
-            self._inbox.put(_END)
-            helper.join()
-            torch.set_num_threads(previous)
-
-    def _stage(self, kept: tuple[str, ...]) -> dict[str, Any]:
-        disabled = [*self.options.get("disable", ()), *self.stages.others(kept)]
-        return {**self.options, "disable": disabled}
-
-    def _run_helper(self) -> None:
-        pipe = type(self.nlp).pipe
-        if self.glue_only:
-            torch.set_num_threads(1)  # this thread's own OpenMP setting too
-        try:
-            for doc in pipe(self.nlp, self._fed(), **self._stage(self.stages.helper)):
-                self._outbox.put(doc)
-            self._outbox.put(_END)
-        except BaseException as error:  # raised again in the caller's thread
-            self._outbox.put(_Failure(error))
-
-    def _fed(self) -> Iterator[Doc]:
-        """The helper's input: documents the main thread tokenized, until the end or a
-        stop. Where none is waiting it says so (:data:`_HUNGRY`) before it waits."""
-        while not self._stop.is_set():
+    def hand_over(self, item: Any) -> bool:
+        """Put ``item`` in the outbox once there is room; False where the call ended."""
+        while not self.stop.is_set():
             try:
-                doc = self._inbox.get_nowait()
+                self.outbox.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fed(self) -> Iterator[Doc]:
+        """The helper's input: documents the caller's thread tokenized, until the end or
+        a stop. Where none is waiting it says so (:data:`_HUNGRY`) before it waits."""
+        while not self.stop.is_set():
+            try:
+                doc = self.inbox.get_nowait()
             except queue.Empty:
-                self._outbox.put(_HUNGRY)
-                doc = self._inbox.get()
+                if not self.hand_over(_HUNGRY):
+                    return
+                doc = self.inbox.get()
             if doc is _END:
                 return
             yield doc
 
-    def _finished(self, front: Iterator[Doc]) -> Iterator[Doc]:
-        """The helper's output, in order. Tokenizes ahead (on this thread), keeping two
-        batches waiting for the helper; not by counting documents in and out, since an
-        error handler may drop some."""
+    def finished(self, front: Iterator[Doc]) -> Iterator[Doc]:
+        """The helper's output, in order, on the caller's thread, which tokenizes ahead
+        (at most :data:`INBOX_BATCHES` batches waiting); not by counting documents in and
+        out, since an error handler may drop some."""
         ended = False
         while True:
-            while not ended and self._inbox.qsize() < 2 * self.batch_size:
+            while not ended and self.inbox.qsize() < INBOX_BATCHES * self.batch_size:
                 doc = next(front, _END)
                 ended = doc is _END
-                self._inbox.put(doc)
-            item = self._outbox.get()
+                self.inbox.put(doc)
+            item = self.outbox.get()
             if item is _END:
                 return
             if isinstance(item, _Failure):
                 raise item.error
             if item is not _HUNGRY:
                 yield item
+
+    def shut(self) -> None:
+        """End the helper's work: at its next runtime call or hand-over, whichever thread
+        calls this (a collector may run in the helper itself)."""
+        self.stop.set()
+        self.inbox.put(_END)
+        while True:  # room for the helper's last hand-over
+            try:
+                self.outbox.get_nowait()
+            except queue.Empty:
+                return
+
+
+def _run_helper(nlp: Language, channel: _Channel, options: dict[str, Any], glue_only: bool) -> None:
+    """The helper thread: the transformer stage over the channel's input."""
+    helper_threads(glue_only)
+    channel.ready.set()
+    try:
+        with cancellable(channel.stop):
+            for doc in type(nlp).pipe(nlp, channel.fed(), **options):
+                if not channel.hand_over(doc):
+                    return
+        channel.hand_over(_END)
+    except Cancelled:
+        return
+    except BaseException as error:  # raised again in the caller's thread
+        channel.hand_over(_Failure(error))
+
+
+class OverlappedPipe:
+    """The documents of ``texts``, annotated by ``nlp`` in :class:`Stages` (see the
+    module's docstring); an iterator, like the generator spaCy's ``pipe`` returns.
+
+    ``options``: ``Language.pipe``'s other keyword arguments (batch_size, component_cfg,
+    disable). ``glue_only``: torch does only glue here (every transformer served by a
+    runtime), so the library's own work runs it on one thread (see the module's
+    docstring)."""
+
+    def __init__(
+        self,
+        nlp: Language,
+        texts: Iterable[Any],
+        stages: Stages,
+        options: dict[str, Any],
+        glue_only: bool = False,
+    ) -> None:
+        self.nlp = nlp
+        self.stages = stages
+        self.options = options
+        self.glue_only = glue_only
+        size = options.get("batch_size")
+        self._channel = _Channel(size if size is not None else nlp.batch_size)
+        self._texts = texts
+        self._docs: Iterator[Doc] | None = None
+        self._helper: threading.Thread | None = None
+        self._closed = False
+        # Collected unfinished (abandoned, in a cycle, on any thread): the helper stops.
+        self._finalizer = weakref.finalize(self, self._channel.shut)
+
+    def __iter__(self) -> OverlappedPipe:
+        return self
+
+    def __next__(self) -> Doc:
+        if self._closed:
+            raise StopIteration
+        with glue_threads(self.glue_only):
+            try:
+                if self._docs is None:
+                    self._docs = self._start()
+                return next(self._docs)
+            except BaseException:  # the end, an error, Ctrl-C: the helper stops
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """Stop the helper (at its next runtime call) and wait for it, unless called in
+        the helper itself; idempotent."""
+        self._closed = True
+        self._finalizer()
+        helper = self._helper
+        if helper is not None and helper is not threading.current_thread():
+            helper.join()
+
+    def _start(self) -> Iterator[Doc]:
+        """Start the helper and chain the stages (inside :func:`glue_threads`)."""
+        pipe = type(self.nlp).pipe
+        texts = _callers_texts(self._texts)
+        front = pipe(self.nlp, texts, **self._stage(self.stages.front))
+        self._helper = threading.Thread(
+            target=_run_helper,
+            args=(self.nlp, self._channel, self._stage(self.stages.helper), self.glue_only),
+            name=HELPER_NAME,
+            daemon=True,
+        )
+        self._helper.start()
+        self._channel.ready.wait()  # its torch set up while this thread holds the lease
+        return pipe(self.nlp, self._channel.finished(front), **self._stage(self.stages.behind))
+
+    def _stage(self, kept: tuple[str, ...]) -> dict[str, Any]:
+        disabled = [*self.options.get("disable", ()), *self.stages.others(kept)]
+        return {**self.options, "disable": disabled}
+
+
+#: The helper thread's name.
+HELPER_NAME = "spacy-accelerate-transformer"
+
+
+def _callers_texts(texts: Iterable[Any]) -> Iterator[Any]:
+    """``texts``, each pulled with the caller's own torch threads (it is the caller's
+    code, run inside the library's work)."""
+    iterator = iter(texts)
+    while True:
+        with callers_threads():
+            item = next(iterator, _END)
+        if item is _END:
+            return
+        yield item

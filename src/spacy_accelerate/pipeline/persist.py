@@ -197,7 +197,7 @@ def install_load_hooks(
         hook = ReoptimizeAfterLoading(nlp, method, request, reapply, from_file)
         setattr(nlp, method, hook)
     setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
-    install_pipe(nlp, bool(request.overlap))
+    install_pipe(nlp, request.overlaps)
 
 
 def remove_load_hooks(nlp: Language) -> None:

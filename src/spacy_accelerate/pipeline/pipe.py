@@ -10,11 +10,10 @@ from typing import Any
 
 from spacy.language import Language
 
-from spacy_accelerate.options.config import default_threads
+from spacy_accelerate.cpu_budget import BUDGET, available_cpus, worker_count
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.overlap import OverlappedPipe, Stages
 from spacy_accelerate.pipeline.patch import is_optimized
-from spacy_accelerate.pipeline.workers import WORKERS, worker_count
 
 #: The ``nlp`` attribute that :class:`AcceleratedPipe` stands in for.
 PIPE_METHOD = "pipe"
@@ -55,22 +54,21 @@ class AcceleratedPipe:
         stages = overlapped_stages(self.nlp, disable) if self.overlap and not as_tuples else None
         if stages is None:
             return pipe(self.nlp, texts, as_tuples=as_tuples, **options)
-        size = batch_size if batch_size is not None else self.nlp.batch_size
         glue_only = is_optimized(self.nlp)  # every transformer served by a runtime
-        return iter(OverlappedPipe(self.nlp, texts, stages, options, size, glue_only))
+        return OverlappedPipe(self.nlp, texts, stages, options, glue_only)
 
 
 def overlapped_stages(nlp: Language, disable: Iterable[str] = ()) -> Stages | None:
     """The stages of an overlapped ``pipe`` call of ``nlp`` (less ``disable``), or None
     where overlap cannot run: fewer than two CPUs, or no component behind a transformer."""
-    if default_threads() < 2:
+    if available_cpus() < 2:
         return None
     stages = Stages.of(nlp, [c.name for c in transformer_components(nlp)], disable)
     return stages if stages.overlaps else None
 
 
 def _shared(docs: Iterator[Any], n_process: int) -> Iterator[Any]:
-    with WORKERS.sharing(worker_count(n_process)):
+    with BUDGET.sharing(worker_count(n_process)):
         yield from docs
 
 

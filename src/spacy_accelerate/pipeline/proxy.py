@@ -32,6 +32,7 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
+from spacy_accelerate.cpu_budget import BUDGET, worker_torch_threads
 from spacy_accelerate.errors import (
     Advice,
     CacheError,
@@ -40,7 +41,7 @@ from spacy_accelerate.errors import (
     spelled,
 )
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
-from spacy_accelerate.pipeline.workers import WORKERS
+from spacy_accelerate.pipeline.cancellation import check as check_cancelled
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -100,7 +101,7 @@ class AcceleratedModule(torch.nn.Module):
         self.provenance = exported
         #: The process whose runtime opened ``session`` (see :meth:`_own_session`).
         self.opened_in = os.getpid()
-        WORKERS.serving = True  # forked children run torch on one thread (.workers)
+        BUDGET.serving = True  # forked children run torch on one thread (cpu_budget)
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
         object.__setattr__(self, "original", original)
@@ -144,6 +145,7 @@ class AcceleratedModule(torch.nn.Module):
                 for name in names
             ]
         self.spec.check_length(ids.shape[1])
+        check_cancelled()  # an overlapped pipe's helper told to stop (.cancellation)
         outputs = self._own_session().run_tensors(feeds, names)
         return [tensor.to(ids.device) for tensor in outputs]
 
@@ -152,7 +154,7 @@ class AcceleratedModule(torch.nn.Module):
         on Linux, gunicorn's preload) inherits the parent's session, whose runtime
         threads did not survive the fork; it opens the same verified cache entry once,
         as an unpickled proxy does, on its share of the parent's threads
-        (:mod:`~spacy_accelerate.pipeline.workers`)."""
+        (:mod:`spacy_accelerate.cpu_budget`)."""
         if self.opened_in == os.getpid():
             return self.session
         with _FORK_LOCK:
@@ -167,6 +169,14 @@ class AcceleratedModule(torch.nn.Module):
         (the split of the CPUs under overlap, :mod:`.thread_split`)."""
         if threads != self.session.config.intra_op_threads:
             self._reopen_with(replace(self.session.config, intra_op_threads=threads))
+
+    def serving(self) -> tuple[Session, ExportedModel | None]:
+        """What serves now (to put back with :meth:`serve`)."""
+        return self.session, self.provenance
+
+    def serve(self, served: tuple[Session, ExportedModel | None]) -> None:
+        """Serve from a session :meth:`serving` returned (of the same model)."""
+        self.session, self.provenance = served
 
     def _reopen_with(self, config: OptimizeConfig) -> None:
         reopened = reopen(
@@ -221,9 +231,9 @@ class AcceleratedModule(torch.nn.Module):
         # and neither are calibration texts (their digest finds the entry). Pickled for
         # the workers of ``nlp.pipe(n_process=N)``, it carries their share of threads.
         config = replace(_worker_config(self.session.config), calibration_texts=None)
-        state = (self.original, self.spec, self.exported, self.session.provider)
-        rebuild = (config, self.session.layout, self._rebuild_args())
-        return (_reopen, (type(self), *state, *rebuild, WORKERS.workers > 1))
+        served = (self.exported, self.session.provider, config, self.session.layout)
+        made = (type(self), self.original, self.spec, self._rebuild_args())
+        return (_reopen, (made, served, BUDGET.workers > 1))
 
     def extra_repr(self) -> str:
         # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
@@ -342,27 +352,26 @@ class AcceleratedHFModel(AcceleratedModule):
 def _worker_config(config: OptimizeConfig) -> OptimizeConfig:
     """``config`` on this process's share of its threads (all of them outside a
     ``pipe`` call with workers)."""
-    return replace(config, intra_op_threads=WORKERS.threads_each(config.intra_op_threads))
+    return replace(config, intra_op_threads=BUDGET.threads_each(config.intra_op_threads))
 
 
-def _reopen(
-    proxy_type: type[AcceleratedModule],
-    original: torch.nn.Module,
-    spec: EncoderSpec,
-    exported: ExportedModel,
-    provider: ResolvedProvider,
-    config: OptimizeConfig,
-    layout: SessionLayout,
-    extra: tuple[Any, ...],
-    in_worker: bool = False,
-) -> torch.nn.Module:
+#: How an unpickled proxy is made: its type, the original module, the spec, and the
+#: arguments after them (:meth:`AcceleratedModule._rebuild_args`).
+_Made = tuple[type[AcceleratedModule], torch.nn.Module, EncoderSpec, tuple[Any, ...]]
+#: What served it: the cache entry, the provider, the config and the session's layout.
+_Served = tuple[ExportedModel, ResolvedProvider, OptimizeConfig, SessionLayout]
+
+
+def _reopen(made: _Made, served: _Served, in_worker: bool = False) -> torch.nn.Module:
     """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
     where ``missing_cache="pytorch"`` (or a lossy plan, which needs the whole pipeline to
     be judged), the PyTorch module itself, with a warning. ``in_worker``: pickled for a
     worker of ``nlp.pipe(n_process=N)``, whose torch then runs on the threads ``config``
     gives the runtime (at most)."""
+    proxy_type, original, spec, extra = made
+    exported, provider, config, layout = served
     if in_worker:
-        torch.set_num_threads(min(torch.get_num_threads(), config.intra_op_threads))
+        worker_torch_threads(config.intra_op_threads)
     reopened = reopen(exported, original, provider, config, layout)
     if reopened is None:
         logger.warning(

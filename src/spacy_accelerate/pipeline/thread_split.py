@@ -1,30 +1,39 @@
-"""How an overlapped pipeline splits the CPUs between the runtime and spaCy's components.
+"""Whether an accelerated pipeline overlaps its transformer with spaCy's components, and on
+how many runtime threads: decided once, when ``optimize()`` serves a plan, and kept.
 
 With overlap (:mod:`.overlap`), the runtime runs batch k+1 in a helper thread while the
-caller's thread runs the components behind the transformer over batch k. On a runtime
-that uses every CPU, that thread takes a core from it, and a runtime's parallel loop waits
-for its slowest thread, so the encoder then runs late whenever the components do. Giving
-the runtime one thread fewer leaves the components a core of their own, which pays where
-they take about as long as the encoder, and costs the encoder's share of one core where
-the encoder is most of the time.
+caller's thread runs the components behind the transformer over batch k. It pays where the
+components take a good share of the time; it costs where the encoder is nearly all of it,
+and the helper, the GIL the two threads share and their caches cost something everywhere
+(on a 2-CPU EPYC it measured 0.97x on minilm-ewt, on a Xeon 1.10x).
 
-Which, is measured on this machine and pipeline when ``optimize()`` serves it: one pass of
-the built-in calibration sample (after a pass that warms the runtime) timed stage by stage
-(:mod:`.stage_times`). The runtime gets one thread fewer when the slower of the two
-overlapped sides, with the encoder's time scaled to the fewer threads, is still faster
-than the stages one after the other (:func:`runtime_threads`). Measured evidence:
-``benchmarks/results/overlap-*.json``.
+The decision (:func:`plan_overlap`): the pipeline's stages are timed one after the other on
+the built-in calibration sample (after a pass that warms the runtime; :mod:`.stage_times`);
+the one cost model (:class:`~spacy_accelerate.cpu_budget.OverlapCost`) gives the runtime's
+threads under overlap and the gain it predicts. Where the gain is below
+:data:`~spacy_accelerate.cpu_budget.MIN_OVERLAP_GAIN`, overlap is off with no more timing;
+otherwise the sample is annotated both ways, alternating, and overlap is on only where it
+measured that gain. ``overlap=True`` or ``False`` forces it (``True`` still times the
+split of the threads). The :class:`OverlapPlan` is recorded with the pipeline's options
+(``config.cfg``, a pickle), so a saved pipeline loads, bundled or not, in a worker or a Ray
+actor, on the same plan with no timing pass and its sessions opened once.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import replace
 from itertools import accumulate
 
 from spacy.language import Language
 
-from spacy_accelerate.pipeline.patch import accelerated_components
+from spacy_accelerate.cpu_budget import MIN_OVERLAP_GAIN, OverlapCost, OverlapPlan
+from spacy_accelerate.errors import Advice, spelled
+from spacy_accelerate.pipeline.overlap import OverlappedPipe
+from spacy_accelerate.pipeline.patch import accelerated_components, is_optimized
+from spacy_accelerate.pipeline.pipe import overlapped_stages
+from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.recording import builtin_texts
 from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
 
@@ -33,43 +42,18 @@ logger = logging.getLogger("spacy_accelerate")
 #: About how many words of the built-in sample the measurement times: enough batches to
 #: time every stage, few enough to keep ``optimize()`` quick on a large encoder.
 SAMPLE_WORDS = 1500
+#: Passes of each way the sample is annotated when the model predicts a gain.
+ROUNDS = 2
 
 
-#: The splits measured in this process, by the served pipeline (its components, threads
-#: and models): optimizing it again, as a benchmark switching variants does, reuses the
-#: choice instead of timing it anew (and, with the machine's noise, choosing otherwise).
-_MEASURED: dict[tuple[tuple[str, ...], int, tuple[str, ...]], ThreadSplit] = {}
-
-
-@dataclass(frozen=True)
-class ThreadSplit:
-    """The runtime's threads under overlap, and the per-word times that chose them."""
-
-    threads: int
-    runtime: int
-    encoder: float
-    around: float
-    components: float
-
-    def describe(self) -> str:
-        """One line for the log: the choice and the times behind it."""
-        side = "one thread fewer" if self.runtime < self.threads else "every thread"
-        return (
-            f"overlap: {self.runtime} of {self.threads} threads for the runtime ({side}); "
-            f"measured per word: encoder {1e6 * self.encoder:.0f} us, around it "
-            f"{1e6 * self.around:.0f} us, spaCy's other stages {1e6 * self.components:.0f} us"
-        )
-
-
-def runtime_threads(threads: int, encoder: float, around: float, components: float) -> int:
-    """The runtime's threads under overlap, from the per-word seconds of the encoder call
-    (on ``threads`` threads), the transformer's work around it (helper thread), and every
-    other stage (caller's thread): one fewer where, with the encoder slowed in proportion,
-    the slower side still beats the three one after the other."""
-    if threads < 2:
-        return threads
-    fewer = max(encoder * threads / (threads - 1) + around, components)
-    return threads - 1 if fewer < encoder + around + components else threads
+def cost_of(times: Breakdown, threads: int) -> OverlapCost:
+    """The overlap cost model of stages timed with the runtime on ``threads`` threads."""
+    return OverlapCost(
+        threads=threads,
+        encoder=times.per_word(StageKind.ENCODER_CALL),
+        around=times.per_word(StageKind.AROUND_CALL),
+        components=times.per_word(StageKind.TOKENIZER, StageKind.COMPONENT),
+    )
 
 
 def sample_texts(words: int = SAMPLE_WORDS) -> list[str]:
@@ -79,29 +63,74 @@ def sample_texts(words: int = SAMPLE_WORDS) -> list[str]:
     return texts[: next((i + 1 for i, n in enumerate(counts) if n >= words), len(texts))]
 
 
-def split_threads(nlp: Language) -> ThreadSplit | None:
-    """Measure ``nlp`` (served accelerated; once per process) and serve it on the runtime
-    threads :func:`runtime_threads` chooses; None where nothing is accelerated on the
-    CPU."""
-    proxies = [m for m in accelerated_components(nlp).values() if not m.session.config.on_gpu]
-    if not proxies:
-        return None
+def plan_overlap(nlp: Language, overlap: bool | None, *, threads_given: bool) -> OverlapPlan:
+    """Decide (see the module's docstring) and serve ``nlp`` on the plan: ``overlap`` as
+    the caller gave it (None: where it pays); ``threads_given``: the runtime's threads are
+    the caller's, never fewer."""
+    proxies = _cpu_proxies(nlp)
+    if overlap is False or not proxies or overlapped_stages(nlp) is None:
+        why = spelled([Advice("overlap", False)]) if overlap is False else "nothing to overlap"
+        return OverlapPlan(bool(overlap), 0, why, overlap)
     threads = min(proxy.session.config.intra_op_threads for proxy in proxies)
-    served = (tuple(nlp.pipe_names), threads, tuple(proxy.exported.key for proxy in proxies))
-    split = _MEASURED.get(served)
-    if split is None:
-        texts = sample_texts()
-        breakdown(nlp, texts)  # warms the runtime's kernels for these shapes
-        split = _MEASURED[served] = _split(threads, breakdown(nlp, texts))
+    texts = sample_texts()
+    breakdown(nlp, texts)  # warms the runtime's kernels for these shapes
+    cost = cost_of(breakdown(nlp, texts), threads)
+    fewer = 0 if threads_given else threads - cost.runtime_threads
+    timed = f"predicted {cost.gain:.2f}x"
+    if overlap is None and not cost.pays:
+        plan = OverlapPlan(False, 0, f"{timed}, under {MIN_OVERLAP_GAIN}x")
+    elif overlap is None:
+        gain = _measured_gain(nlp, proxies, threads - fewer, texts)
+        on = gain >= MIN_OVERLAP_GAIN
+        plan = OverlapPlan(on, fewer if on else 0, f"{timed}, measured {gain:.2f}x")
+    else:
+        plan = OverlapPlan(True, fewer, spelled([Advice("overlap", True), f"; {timed}"]))
+    serve_plan(nlp, plan, threads)
+    logger.info("spacy-accelerate: %s", describe(plan, threads))
+    return replace(plan, asked=overlap)
+
+
+def serve_plan(nlp: Language, plan: OverlapPlan, threads: int) -> None:
+    """Serve ``nlp``'s runtimes on the threads ``plan`` gives them out of ``threads``."""
+    for proxy in _cpu_proxies(nlp):
+        proxy.serve_on(plan.runtime_threads(threads))
+
+
+def describe(plan: OverlapPlan, threads: int) -> str:
+    """One line for the log: the plan and why."""
+    if not plan.overlap:
+        return f"overlap off ({plan.why})"
+    runtime = plan.runtime_threads(threads)
+    return f"overlap on, the runtime on {runtime} of {threads} threads ({plan.why})"
+
+
+def _cpu_proxies(nlp: Language) -> list[AcceleratedModule]:
+    return [m for m in accelerated_components(nlp).values() if not m.session.config.on_gpu]
+
+
+def _measured_gain(
+    nlp: Language, proxies: list[AcceleratedModule], runtime: int, texts: list[str]
+) -> float:
+    """Words per second of ``texts`` overlapped (the runtime on ``runtime`` threads) over
+    one stage after the other (on every thread), the fastest of :data:`ROUNDS` each,
+    alternating."""
+    full = [proxy.serving() for proxy in proxies]
     for proxy in proxies:
-        proxy.serve_on(split.runtime)
-    logger.info("spacy-accelerate: %s", split.describe())
-    return split
-
-
-def _split(threads: int, times: Breakdown) -> ThreadSplit:
-    encoder = times.per_word(StageKind.ENCODER_CALL)
-    around = times.per_word(StageKind.AROUND_CALL)
-    components = times.per_word(StageKind.TOKENIZER, StageKind.COMPONENT)
-    runtime = runtime_threads(threads, encoder, around, components)
-    return ThreadSplit(threads, runtime, encoder, around, components)
+        proxy.serve_on(runtime)
+    fewer = [proxy.serving() for proxy in proxies]
+    stages = overlapped_stages(nlp)
+    assert stages is not None
+    spacys, glue = type(nlp).pipe, is_optimized(nlp)
+    taken: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(ROUNDS):
+        for on, sessions in ((False, full), (True, fewer)):
+            for proxy, served in zip(proxies, sessions, strict=True):
+                proxy.serve(served)
+            started = time.perf_counter()
+            docs = OverlappedPipe(nlp, texts, stages, {}, glue) if on else spacys(nlp, texts)
+            for _doc in docs:
+                pass
+            taken[on].append(time.perf_counter() - started)
+    for proxy, served in zip(proxies, full, strict=True):
+        proxy.serve(served)
+    return min(taken[False]) / min(taken[True])

@@ -31,11 +31,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from spacy_accelerate._version import __version__
 from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.base import ServeRequest
 from spacy_accelerate.backends.registry import (
     backend_for,
     check_provider,
@@ -65,7 +64,7 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.provision.get_or_export import PARITY_FILE, ExportedModel, Origin
-from spacy_accelerate.runtime.buckets import BucketPlan
+from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.record import BuildRecord
@@ -179,6 +178,17 @@ class Bundle:
     entries: Mapping[str, BundledEntry]
     #: ``precision="auto"``'s choice where the pipeline was optimized with it.
     chosen: str | None = None
+
+    def servable(
+        self, component: str, config: OptimizeConfig
+    ) -> tuple[OptimizeConfig, ResolvedProvider]:
+        """The attempt that serves ``component`` from this bundle: ``config`` serving its
+        model's provider and precision, and that provider resolved, where it can run here;
+        else :class:`Unservable` saying why."""
+        if component not in self.models:
+            raise Unservable(f"it holds no model for the component {component!r}")
+        attempt = servable_config(self.models[component], config)
+        return attempt, check_provider(attempt)
 
     def differences(self, options: Mapping[str, Any]) -> list[str]:
         """The options (of a loading pipeline) whose values differ from the saved ones,
@@ -366,33 +376,27 @@ def servable_config(model: BundledModel, config: OptimizeConfig) -> OptimizeConf
 
 
 def serve_bundled(
-    bundle: Bundle,
-    component: str,
-    module: torch.nn.Module,
-    detected: DetectedEncoder,
-    config: OptimizeConfig,
-    buckets: BucketPlan,
+    bundle: Bundle, component: str, request: ServeRequest
 ) -> tuple[Session, ExportedModel]:
-    """A session over ``component``'s bundled model, its spot check passed against
-    ``module`` (PyTorch): a lossy plan on its stored calibration items, fp32 on random
-    and control ids. No export, no judging, nothing written. :class:`Unservable` where
-    it cannot run here or its spot check fails."""
+    """A session over ``component``'s bundled model, served as ``request`` asks (its
+    attempt and provider :meth:`Bundle.servable`'s), its spot check passed against
+    ``request.module`` (PyTorch) on what the bundle stored: a lossy plan's calibration
+    items, fp32's random and control ids of the window it was saved with. No export, no
+    judging, nothing written. :class:`Unservable` where its runtime cannot open it here or
+    its spot check fails."""
     start = time.perf_counter()
-    if component not in bundle.models:
-        raise Unservable(f"it holds no model for the component {component!r}")
-    model = bundle.models[component]
-    config = servable_config(model, config)
-    bundled = bundle.entries[component]
-    entry = bundled.entry
+    model, bundled = bundle.models[component], bundle.entries[component]
+    config, detected = request.config, request.detected
+    if (config.provider, config.precision) != (model.provider, model.precision):
+        served = f"{model.provider.value} {model.precision.value}"
+        raise ValueError(f"{component!r} is bundled as {served}: see Bundle.servable")
     checks = _spot_check(bundle, component, config, detected)
-    resolved = check_provider(config)
-    layout = session_layout(config, detected.spec, buckets, None, model.key)
+    layout = session_layout(config, detected.spec, request.buckets, None, model.key)
     backend = backend_for(model.provider)
     try:
-        session = open_session(
-            entry.file(backend.model_file(config)), resolved, config, layout, None
-        )
-        parity = check_parity(module, detected, session, **checks)
+        model_file = bundled.entry.file(backend.model_file(config))
+        session = open_session(model_file, request.provider, config, layout, None)
+        parity = check_parity(request.module, detected, session, **checks)
     except (AccuracyError, ConversionError) as error:
         raise Unservable(f"its spot check against PyTorch fails here: {error}") from None
     except Exception as error:  # the runtime cannot open it here
@@ -401,7 +405,7 @@ def serve_bundled(
         ) from None
     exported = ExportedModel(
         key=model.key,
-        path=entry.path,
+        path=bundled.entry.path,
         origin=Origin.BUNDLED,
         seconds=time.perf_counter() - start,
         parity=parity,

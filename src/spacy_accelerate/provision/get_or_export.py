@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -29,12 +29,12 @@ from typing import Any
 import torch
 
 from spacy_accelerate import progress
-from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
+from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.backends.base import BuildJob
+from spacy_accelerate.backends.base import BuildJob, Exports, ServeRequest
 from spacy_accelerate.backends.registry import backend_for, open_session, session_layout
 from spacy_accelerate.cache.location import saved_cache_dir, search_order
-from spacy_accelerate.cache.provenance import PipelineSource, record_use
+from spacy_accelerate.cache.provenance import record_use
 from spacy_accelerate.cache.store import CacheEntry, CacheResult, ModelCache
 from spacy_accelerate.cache.untrusted import CorruptEntry, read_json_object
 from spacy_accelerate.errors import (
@@ -53,14 +53,12 @@ from spacy_accelerate.provision.exports import SharedExport
 from spacy_accelerate.provision.references import References
 from spacy_accelerate.provision.refusals import raise_recorded_refusal, store_refusal
 from spacy_accelerate.provision.storage import stored_as_cache_errors
-from spacy_accelerate.runtime.buckets import DEFAULT_MAX_BATCH, BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.verify.agreement import AUTOCAST_MARGIN
-from spacy_accelerate.verify.calibration import CalibrationInputs, Judge
+from spacy_accelerate.verify.calibration import CalibrationInputs
 from spacy_accelerate.verify.parity import ParityReport, check_parity
 from spacy_accelerate.verify.record import BuildRecord
-from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.spot_check import (
     SPOT_CHECK_FILE,
     check_items,
@@ -182,83 +180,50 @@ class _EntryGone(Exception):
     its verification and its opening."""
 
 
-def get_or_export(
-    module: torch.nn.Module,
-    detected: DetectedEncoder,
-    config: OptimizeConfig,
-    provider: ResolvedProvider,
-    cache: ModelCache,
-    *,
-    window: int,
-    buckets: BucketPlan | None = None,
-    calibration: CalibrationInputs | None = None,
-    judge: Judge | None = None,
-    verification: Verification | None = None,
-    build_allowed: bool = True,
-    exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    source: PipelineSource | None = None,
-    limits: Limits = NO_LIMITS,
-    references: References | None = None,
-    export: SharedExport | None = None,
-) -> tuple[Session, ExportedModel]:
-    """Return a session over a verified model of ``module`` (ONNX or OpenVINO IR) and its
-    provenance.
+def get_or_export(request: ServeRequest, cache: ModelCache) -> tuple[Session, ExportedModel]:
+    """Return a session over a verified model of ``request.module`` (ONNX or OpenVINO IR)
+    and its provenance, kept in ``cache``.
 
-    ``buckets`` are the GPU shapes (by default, derived from ``window`` alone).
-    ``verification``: the rows the model is checked on (by default random and control
-    ids only; ``optimize()`` adds the pipeline's own inputs on built-in text). A
-    calibrated model is built on all its ``calibration`` and ``judge``d in the pipeline;
-    a cached one was, under the same texts and bounds (they are in the key), so a warm
-    start only spot-checks its token cosine on the first calibration items, stored in
-    the entry (no pipeline run). Where ``build_allowed`` is false (a saved pipeline told
-    not to export where it loads), a missing entry raises :class:`CacheMissError`.
-    ``exclusive`` gives the PyTorch module to this thread alone while its reference
-    outputs are computed (see :class:`References`). ``source``: the pipeline and component
-    the model comes from, recorded in the manifest of an entry built here (not in its key).
-    The entry served is marked as used now (see :mod:`~spacy_accelerate.cache.provenance`).
-    ``limits``: what bounds a lossy build inside ``precision="auto"``'s search (the plans
-    it must outrun; a build they outpace raises :class:`OutpacedError`, stored nowhere).
-    ``references`` and ``export``: PyTorch's outputs and the exported graph, shared with
-    the other builds of one search (by default, this call's own).
+    The model is checked on ``request.verification``'s rows. A calibrated model is built
+    on all its ``calibration`` and ``judge``d in the pipeline; a cached one was, under the
+    same texts and bounds (they are in the key), so a warm start only spot-checks its
+    token cosine on the first calibration items, stored in the entry (no pipeline run).
+    Where ``build_allowed`` is false, a missing entry raises :class:`CacheMissError`. The
+    entry served is marked as used now (see :mod:`~spacy_accelerate.cache.provenance`);
+    one built here records ``source``. ``limits`` bound a lossy build inside
+    ``precision="auto"``'s search (:class:`OutpacedError`, stored nowhere). See
+    :class:`~spacy_accelerate.backends.base.ServeRequest`.
     """
     start = time.perf_counter()
-    fetch = _Fetch(
-        module,
-        detected,
-        config,
-        provider,
-        cache,
-        verification=verification or Verification(window=window),
-        buckets=buckets or _default_buckets(config, detected, window),
-        calibration=calibration,
-        judge=judge,
-        build_allowed=build_allowed,
-        references=references or References(module, detected, exclusive),
-        export=export,
-        source=source,
-        limits=limits,
-    )
-    session, exported = fetch.run(start)
-    _log_fetched(exported, config, detected)
+    with _exports(request) as export:
+        session, exported = _Fetch(request, cache, export).run(start)
+    _log_fetched(exported, request)
     return session, exported
 
 
-def _default_buckets(config: OptimizeConfig, detected: DetectedEncoder, window: int) -> BucketPlan:
-    """The GPU shapes of a request that names none: derived from ``window`` alone."""
-    return BucketPlan.for_pipeline(config.gpu, detected.spec, window, DEFAULT_MAX_BATCH)
+@contextmanager
+def _exports(request: ServeRequest) -> Iterator[Exports]:
+    """The exports ``request`` shares with the other builds of its search, or this call's
+    own, removed when it is done (the served entry holds copies and links of its files)."""
+    if request.export is not None:
+        yield request.export
+        return
+    own = SharedExport(request.detected)
+    try:
+        yield own
+    finally:
+        own.close()
 
 
-def _log_fetched(
-    exported: ExportedModel, config: OptimizeConfig, detected: DetectedEncoder
-) -> None:
+def _log_fetched(exported: ExportedModel, request: ServeRequest) -> None:
     """Say at DEBUG how :func:`get_or_export` got the model: from the cache or exported,
     in how long, and its parity to PyTorch."""
     parity = exported.parity
     logger.debug(
         "%s %s %s encoder (key %s) in %.2f s; parity %s",
         "loaded cached" if exported.cache_hit else "exported",
-        config.precision.value,
-        detected.spec.family,
+        request.config.precision.value,
+        request.spec.family,
         exported.key[:12],
         exported.seconds,
         f"max abs diff {parity.worst:.2e}, min token cosine {parity.worst_cosine:.5f}"
@@ -272,36 +237,16 @@ class _Fetch:
     (:meth:`build`) and how an entry is served (:meth:`serve`), and the retries between
     them (:meth:`run`)."""
 
-    def __init__(
-        self,
-        module: torch.nn.Module,
-        detected: DetectedEncoder,
-        config: OptimizeConfig,
-        provider: ResolvedProvider,
-        cache: ModelCache,
-        *,
-        verification: Verification,
-        buckets: BucketPlan,
-        calibration: CalibrationInputs | None,
-        judge: Judge | None,
-        build_allowed: bool,
-        references: References,
-        source: PipelineSource | None = None,
-        limits: Limits = NO_LIMITS,
-        export: SharedExport | None = None,
-    ) -> None:
-        spec = detected.spec
-        self.module, self.detected, self.config = module, detected, config
-        self.provider, self.cache = provider, cache
-        self.verification, self.calibration, self.judge = verification, calibration, judge
-        self.build_allowed, self.references = build_allowed, references
-        self.source, self.limits = source, limits
-        self.export = export or SharedExport(detected)
+    def __init__(self, request: ServeRequest, cache: ModelCache, export: Exports) -> None:
+        config, spec, verification = request.config, request.spec, request.verification
+        self.request, self.config, self.cache, self.export = request, config, cache, export
+        #: PyTorch's outputs: the request's, shared with its search, or this call's own.
+        self.references = request.references or References(request.module, request.detected).of
         self.batches = verification.batches(spec)
-        options = _export_options(config, spec, verification, calibration)
-        self.inputs = key_inputs(module, spec, options)
+        options = _export_options(config, spec, verification, request.calibration)
+        self.inputs = key_inputs(request.module, spec, options)
         self.key = cache_key(self.inputs)
-        self.layout = session_layout(config, spec, buckets, cache, self.key)
+        self.layout = session_layout(config, spec, request.buckets, cache, self.key)
         self.required = _required_files(config)
         self.gate = config.gate()
         #: The session and report of the model this call built (served on a miss).
@@ -311,33 +256,24 @@ class _Fetch:
     def build_with_source(self, folder: Path) -> dict[str, Any]:
         """:meth:`build`'s record, naming the pipeline and component it came from, as the
         manifest stores it."""
-        return replace(self.build(folder), source=self.source).as_dict()
+        return replace(self.build(folder), source=self.request.source).as_dict()
 
     def build(self, folder: Path) -> BuildRecord:
         """Export, build and check the model in ``folder``; the record of how it was built
         (or a calibrated build's refusal, kept instead of a model)."""
-        if not self.build_allowed:
+        request, config = self.request, self.config
+        if not request.build_allowed:
             raise CacheMissError(self.key)
-        config, detected = self.config, self.detected
-        path = folder / MODEL_FILE
         # The session holds the whole model in memory, so it stays valid after the
         # folder is renamed into the cache: it is served as is.
-        calibration = self.calibration
         job = BuildJob(
-            path=path,
+            request=request,
+            path=folder / MODEL_FILE,
             export=self.export.at(config.opset, MODEL_FILE),
-            module=self.module,
-            detected=detected,
-            config=config,
-            provider=self.provider,
             layout=self.layout,
             cache=self.cache,
-            gate=self.gate,
             batches=self.batches,
-            references=self.references.of,
-            calibration=calibration.full if calibration is not None else None,
-            judge=self.judge,
-            limits=self.limits,
+            references=self.references,
         )
         try:
             building = f"building the {config.provider.value} {config.precision.value} model"
@@ -351,18 +287,18 @@ class _Fetch:
             return store_refusal(folder, refusal)
         recorded = built.parity.as_dict()
         record = built.record
-        if calibration is not None:
-            spot = save_spot_check(calibration.full.items, folder)
+        if request.calibration is not None:
+            spot = save_spot_check(request.calibration.full.items, folder)
             measured = check_parity(
-                self.module,
-                detected,
+                request.module,
+                request.detected,
                 built.session,
                 gate=Gate(),
                 batches=spot,
-                references=self.references.of(spot),
+                references=self.references(spot),
             )
             recorded["spot_check_mean_cosine"] = measured.worst_mean_cosine
-            record = replace(record, calibration_sha256=calibration.digest)
+            record = replace(record, calibration_sha256=request.calibration.digest)
         (folder / PARITY_FILE).write_text(json.dumps(recorded, indent=2))
         self.built.append((built.session, built.parity))
         return record
@@ -375,7 +311,7 @@ class _Fetch:
         entry, config, cache = result.entry, self.config, self.cache
         try:
             model = entry.file(_model_file(config))
-            session = open_session(model, self.provider, config, self.layout, cache)
+            session = open_session(model, self.request.provider, config, self.layout, cache)
         except Exception as error:
             if cache.lookup(self.key, self.required) != entry:
                 raise _EntryGone from error
@@ -385,10 +321,10 @@ class _Fetch:
         # A hit is checked again unless told not to; and always when it was stored under
         # a looser gate than this call asks for.
         checked_batches, checked = self.batches, self.gate
-        if self.calibration is not None:
+        if self.request.calibration is not None:
             try:
                 checked_batches = load_spot_check(entry.file(SPOT_CHECK_FILE))
-                check_items(checked_batches, self.detected.spec)
+                check_items(checked_batches, self.request.spec)
                 recorded = recorded_mean(_recorded(entry), PARITY_FILE)
             except OSError as error:
                 raise _EntryGone from error
@@ -400,12 +336,12 @@ class _Fetch:
             checked = spot_check_gate(self.gate, recorded)
         with progress.step("checking the cached model against PyTorch"):
             parity = check_parity(
-                self.module,
-                self.detected,
+                self.request.module,
+                self.request.detected,
                 session,
                 gate=checked,
                 batches=checked_batches,
-                references=self.references.of(checked_batches),
+                references=self.references(checked_batches),
             )
         return session, parity
 
@@ -452,7 +388,7 @@ class _Fetch:
             seconds=time.perf_counter() - start,
             parity=parity,
             record=BuildRecord.from_dict(result.entry.manifest.get("built")),
-            verification=self.verification,
+            verification=self.request.verification,
             provider=self.config.provider.value,
             precision=self.config.precision.value,
         )
@@ -497,16 +433,8 @@ def reopen(
     # a bundled model's: nothing is ever written into a saved pipeline's folder.
     recorded = None if exported.origin is Origin.BUNDLED else str(exported.path.parent)
     cache = ModelCache(saved_cache_dir(None, recorded), lock_timeout=config.lock_timeout)
-    return get_or_export(
-        module,
-        detected,
-        config,
-        provider,
-        cache,
-        window=verification.window,
-        buckets=layout.buckets,
-        verification=verification,
-    )
+    request = ServeRequest(module, detected, config, provider, verification, layout.buckets)
+    return get_or_export(request, cache)
 
 
 #: The span window assumed for a model pickled before its checks were recorded.

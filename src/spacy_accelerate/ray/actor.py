@@ -14,6 +14,7 @@ from spacy.tokens import Doc
 from spacy.util import import_file
 
 from spacy_accelerate.api import accelerated_components, is_optimized, optimize
+from spacy_accelerate.cpu_budget import BUDGET
 from spacy_accelerate.ray.fields import ERROR_COLUMN, arrow_type, doc_values, empty_value
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ class Annotator:
         optimize_options: Mapping[str, Any] | None,
         code: str | None = None,
         default_options: Mapping[str, Any] | None = None,
+        cpus: float | None = None,
     ) -> None:
+        BUDGET.confine(cpus)  # Ray reserves CPUs for the actor but sets no affinity
         self.nlp = load_pipeline(pipeline, code)
         if optimize_options is not None or not is_optimized(self.nlp):
             optimize(self.nlp, **(optimize_options or default_options or {}))

@@ -57,9 +57,10 @@ def _pipeline_location(pipeline: str | os.PathLike[str]) -> str:
     return str(path.resolve())
 
 
-def _actor_options(options: Mapping[str, Any] | None, num_cpus: float) -> dict[str, Any]:
+def _actor_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """``optimize_options`` (none: {}) checked against :func:`optimize`'s keywords, with
-    the threads following the actor's CPUs and the cache folder made absolute."""
+    the cache folder made absolute (the threads follow the actor's CPUs: its budget,
+    :meth:`~spacy_accelerate.cpu_budget.CpuBudget.confine`)."""
     given = dict(options or {})
     accepted = set(inspect.signature(optimize).parameters) - {"nlp"}
     unknown = sorted(set(given) - accepted)
@@ -68,7 +69,6 @@ def _actor_options(options: Mapping[str, Any] | None, num_cpus: float) -> dict[s
             f"optimize_options has {', '.join(repr(name) for name in unknown)}, which "
             f"optimize() does not take: choose from {', '.join(sorted(accepted))}."
         )
-    given.setdefault("threads", max(1, int(num_cpus)))
     if given.get("cache_dir") is not None:
         given["cache_dir"] = str(Path(given["cache_dir"]).expanduser().resolve())
     return given
@@ -114,7 +114,7 @@ def annotate(
     ``num_gpus`` each) loads ``pipeline`` once (a folder or an installed package, after
     importing ``code``, the file that registers its custom components, as ``spacy
     --code`` does) and runs :func:`~spacy_accelerate.optimize` on it with
-    ``optimize_options`` (its ``threads`` default to ``num_cpus``). Without
+    ``optimize_options`` (the runtime's threads following ``num_cpus``). Without
     ``optimize_options``, a pipeline saved accelerated is served as it loads: from the
     models saved with it (its bundle), with no export and no cache lock, on the threads it
     was saved with. Actors on one node share its model cache: the cache's lock lets one of
@@ -137,7 +137,7 @@ def annotate(
     ray_module = require_ray()
     _check_sizes(concurrency, batch_size)
     location = _pipeline_location(pipeline)
-    options = _actor_options(optimize_options, num_cpus)
+    options = _actor_options(optimize_options)
     code_path = _code_path(code)
     _check_columns(dataset, text_column, wanted)
     annotator = {
@@ -147,6 +147,7 @@ def annotate(
         "optimize_options": None if optimize_options is None else options,
         "code": code_path,
         "default_options": options,
+        "cpus": num_cpus,
     }
     pool = _actor_pool(ray_module, concurrency)
     return _on_actors(dataset, annotator, pool, batch_size, num_cpus, num_gpus)

@@ -16,11 +16,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from spacy_accelerate import progress
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.openvino.blobs import SUMS_FILE, checked_blobs
-from spacy_accelerate.backends.openvino.quantize import parity_items, quantize_within_gate
+from spacy_accelerate.backends.openvino.quantize import quantize_within_gate
 from spacy_accelerate.backends.openvino.session import (
     EXTRA,
     INSTALL_HINT,
@@ -167,24 +166,10 @@ class OpenVINOBackend(Backend):
     def build(self, job: BuildJob) -> BuiltModel:
         config = job.config
         if config.precision is Precision.INT8:
-            if job.calibration is None:
-                raise ValueError("OpenVINO's int8 needs calibration inputs")
-            progress.note("PyTorch fp32's hidden states on the calibration items (the reference)")
-            references = job.references(parity_items(job.calibration))
             return quantize_within_gate(
-                job.export,
-                job.path.parent,
-                job.module,
-                job.detected,
-                gate=job.gate,
-                calibration=job.calibration,
-                references=references,
+                job,
                 # Candidates keep no compiled blobs: all but one are thrown away.
-                open_session=lambda model: self.compile(
-                    model, job.provider, config, job.layout, None
-                ),
-                judge=job.judge,
-                limits=job.limits,
+                lambda model: self.compile(model, job.provider, config, job.layout, None),
             )
         ir = convert_to_ir(job.export, job.path.parent)  # converting costs seconds on every load
         session = self.open_session(ir, job.provider, config, job.layout, job.cache)

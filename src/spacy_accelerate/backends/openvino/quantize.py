@@ -32,18 +32,14 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
-import torch
 
 from spacy_accelerate import progress
-from spacy_accelerate.architectures import DetectedEncoder
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
-from spacy_accelerate.backends.base import ExportedGraph
+from spacy_accelerate.backends.base import BuildJob
 from spacy_accelerate.backends.openvino.float_layers import with_float_layers
 from spacy_accelerate.backends.openvino.session import (
     DYNAMIC_INT8_GROUP_SIZE,
@@ -65,7 +61,7 @@ from spacy_accelerate.options.config import Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.runtime.providers import import_runtime
-from spacy_accelerate.verify.calibration import Calibration, Judge, spread
+from spacy_accelerate.verify.calibration import Calibration, spread
 from spacy_accelerate.verify.parity import check_parity
 from spacy_accelerate.verify.plan_search import (
     Built,
@@ -75,7 +71,7 @@ from spacy_accelerate.verify.plan_search import (
     layer_harm,
 )
 from spacy_accelerate.verify.record import BuiltModel
-from spacy_accelerate.verify.speed import NO_LIMITS, Limits, Rival
+from spacy_accelerate.verify.speed import Rival
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -267,22 +263,21 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
 
     def __init__(
         self,
-        export: ExportedGraph,
-        folder: Path,
-        module: torch.nn.Module,
-        detected: DetectedEncoder,
-        calibration: Calibration,
-        references: list[list[np.ndarray]],
+        job: BuildJob,
         open_session: Callable[[Any], OpenVINOSession],
         carried: StaticInt8Model | None = None,
     ) -> None:
+        calibration = job.calibration
+        if calibration is None:
+            raise ValueError("OpenVINO's int8 needs calibration inputs")
         self.ov, self.nncf = import_openvino(), import_nncf()
-        self.folder = folder
-        self.module, self.detected, self.calibration = module, detected, calibration
-        self.references, self.open_session = references, open_session
-        self.float_model = float_model(export)
-        graph = onnx.load(str(export.path), load_external_data=False)
-        self.layer_nodes = present_layer_nodes(graph, self.float_model, detected.spec)
+        self.job, self.calibration, self.open_session = job, calibration, open_session
+        self.folder = job.path.parent  # the served IR goes there, named IR_FILE
+        progress.note("PyTorch fp32's hidden states on the calibration items (the reference)")
+        self.references = job.references(parity_items(self.calibration))
+        self.float_model = float_model(job.export)
+        graph = onnx.load(str(job.export.path), load_external_data=False)
+        self.layer_nodes = present_layer_nodes(graph, self.float_model, job.spec)
         self.feed_forward_outputs = feed_forward_outputs(graph, self.layer_nodes)
         self.compiled: dict[str, CompiledMatMuls] = {}
         self.models: dict[str, Any] = {}  # by label: each built plan's model, in memory
@@ -312,7 +307,7 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         return FloatLayers()
 
     def ladders(self, base: Built[OpenVINOSession, Plan]) -> Iterator[Sequence[Plan]]:
-        harm = layer_harm(base.report, self.detected.spec)  # how static int8 hurts each layer
+        harm = layer_harm(base.report, self.job.spec)  # how static int8 hurts each layer
         for hint in float_part_hints():  # in fp32, at most half of the layers
             yield list(plan_ladder(harm, float_in_bf16=hint == "bf16"))
 
@@ -384,8 +379,8 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         compiled = self.compiled[plan.label] = compiled_matmuls(session.compiled)
         measure = functools.partial(
             check_parity,
-            self.module,
-            self.detected,
+            self.job.module,
+            self.job.detected,
             session,
             gate=Gate(),
             batches=parity_items(self.calibration),
@@ -458,36 +453,19 @@ def feed_forward_outputs(
 
 @progress.step("OpenVINO int8: quantizing with NNCF, racing and judging plans")
 def quantize_within_gate(
-    export: ExportedGraph,
-    folder: Path,
-    module: torch.nn.Module,
-    detected: DetectedEncoder,
-    *,
-    gate: Gate,
-    calibration: Calibration,
-    references: list[list[np.ndarray]],
-    open_session: Callable[[Any], OpenVINOSession],
-    judge: Judge | None = None,
-    limits: Limits = NO_LIMITS,
+    job: BuildJob, open_session: Callable[[Any], OpenVINOSession]
 ) -> BuiltModel:
-    """Quantize the exported model (``export``) into ``IR_FILE`` in ``folder`` with the
-    fastest plan that passes ``gate`` and ``judge`` (the pipeline's agreement) and outruns
-    OpenVINO's float model (or the rivals of ``limits``), judged against ``references``
-    (PyTorch's outputs on :func:`parity_items`). Candidates are compiled from memory and
-    only the served one is written (on a refusal the cache removes the build folder)."""
-    quantizer = OpenVINOQuantizer(
-        export,
-        folder,
-        module,
-        detected,
-        calibration,
-        references,
-        open_session,
-        limits.carried(StaticInt8Model),
-    )
-    search = Int8Search(quantizer, gate=gate, judge=judge, items=calibration.items, limits=limits)
+    """Quantize the exported model (``job.export``, only read) into ``IR_FILE`` beside
+    ``job.path`` with the fastest plan that passes the gate and the judge (the pipeline's
+    agreement) and outruns OpenVINO's float model (or the rivals of ``job.limits``), each
+    plan's parity measured against PyTorch's outputs on :func:`parity_items`. Candidates
+    are compiled from memory (``open_session``) and only the served one is written (on a
+    refusal the cache removes the build folder)."""
+    quantizer = OpenVINOQuantizer(job, open_session, job.limits.carried(StaticInt8Model))
+    items = quantizer.calibration.items
+    search = Int8Search(quantizer, gate=job.gate, judge=job.judge, items=items, limits=job.limits)
     built = search.run()
-    return replace(built, parity=replace(built.parity, gate=gate))
+    return replace(built, parity=replace(built.parity, gate=job.gate))
 
 
 def _as_named(plan: Plan, compiled: CompiledMatMuls) -> str | None:
