@@ -39,7 +39,9 @@ stopped at. The end of the documents, an exception behind the transformer (Ctrl-
 included), ``close()``, or the pipe being collected unfinished (abandoned, in a reference
 cycle, on whatever thread the collector runs) stop the helper before its next runtime call
 (:mod:`.cancellation`), not at the end of its batch; the caller's thread then waits for it
-(never the helper itself), so no thread outlives the call.
+(never the helper itself), so no thread outlives the call. Ctrl-C (``KeyboardInterrupt``)
+and ``SystemExit`` do not wait: the helper, a daemon, ends at its next runtime call while
+the exception ends the process as fast as without overlap.
 """
 
 from __future__ import annotations
@@ -231,7 +233,13 @@ class OverlappedPipe:
                 if self._docs is None:
                     self._docs = self._start()
                 return next(self._docs)
-            except BaseException:  # the end, an error, Ctrl-C: the helper stops
+            except (KeyboardInterrupt, SystemExit):
+                # The process is likely ending: the helper stops at its next runtime
+                # call, without keeping Ctrl-C waiting for the call it is in.
+                self._closed = True
+                self._finalizer()
+                raise
+            except BaseException:  # the end, an error: the helper stops, joined
                 self.close()
                 raise
 
