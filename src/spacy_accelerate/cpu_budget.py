@@ -31,7 +31,7 @@ import math
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -285,10 +285,22 @@ def worker_torch_threads(threads: int) -> None:
         _torch().set_num_threads(threads)
 
 
+#: Other modules' resets in a forked child (:func:`on_fork_in_child`).
+_FORK_RESETS: list[Callable[[], None]] = []
+
+
+def on_fork_in_child(reset: Callable[[], None]) -> None:
+    """Run ``reset`` in every forked child (a lock or registry a parent's thread held):
+    the one fork handler of the library is this module's."""
+    _FORK_RESETS.append(reset)
+
+
 def after_fork_in_child() -> None:
-    """In a forked child: a fresh lock, and torch on one thread where the parent served
+    """In a forked child: fresh locks, and torch on one thread where the parent served
     an accelerated pipeline (see the module's docstring)."""
     BUDGET.after_fork()
+    for reset in _FORK_RESETS:
+        reset()
     if BUDGET.serving and _torch().get_num_threads() > 1:
         _torch().set_num_threads(1)
 

@@ -32,7 +32,7 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
-from spacy_accelerate.cpu_budget import BUDGET, worker_torch_threads
+from spacy_accelerate.cpu_budget import BUDGET, on_fork_in_child, worker_torch_threads
 from spacy_accelerate.errors import (
     Advice,
     CacheError,
@@ -71,7 +71,7 @@ def _after_fork_in_child() -> None:
     _FORK_LOCK = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+on_fork_in_child(_after_fork_in_child)
 
 
 def _unrequested() -> torch.Tensor:

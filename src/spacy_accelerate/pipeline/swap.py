@@ -25,7 +25,6 @@ see it.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -36,6 +35,8 @@ from typing import Any
 import torch
 from thinc.api import Model
 from thinc.shims import PyTorchShim
+
+from spacy_accelerate.cpu_budget import on_fork_in_child
 
 
 class SwapGuard:
@@ -93,7 +94,7 @@ def _forget_guards_in_child() -> None:
     _GUARDS.clear()
 
 
-os.register_at_fork(after_in_child=_forget_guards_in_child)
+on_fork_in_child(_forget_guards_in_child)
 
 
 def guard_of(shim: PyTorchShim) -> SwapGuard:
