@@ -30,7 +30,8 @@ from curated_transformers.models.roberta import RobertaConfig, RobertaEncoder
 from spacy_accelerate.architectures import DetectedEncoder, detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, optimize_graph
-from spacy_accelerate.backends.onnxruntime.quantize import Int8Recipe, prepare, quantize_int8
+from spacy_accelerate.backends.onnxruntime.int8_recipe import Int8Recipe
+from spacy_accelerate.backends.onnxruntime.quantize import prepare, quantize_int8
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.bench.side_by_side import alternate, write_report

@@ -14,7 +14,7 @@ from cpus import AMX_XEON, ARM, AVX2_EPYC, AVX512_EPYC, SIMULATED
 
 from spacy_accelerate import PrecisionUnavailableError
 from spacy_accelerate.backends import registry as providers
-from spacy_accelerate.backends.onnxruntime.quantize import recipe_for
+from spacy_accelerate.backends.onnxruntime.int8_recipe import recipe_for
 from spacy_accelerate.backends.openvino import session as openvino_runtime
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features, simulated
 from spacy_accelerate.options.config import Precision, Provider

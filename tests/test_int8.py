@@ -19,7 +19,7 @@ import spacy_accelerate
 from spacy_accelerate import AccuracyError
 from spacy_accelerate.backends import base as backend_base
 from spacy_accelerate.backends.onnxruntime import backend as ort_backend
-from spacy_accelerate.backends.onnxruntime.quantize import DEFAULT_INT8_RECIPE, recipe_for
+from spacy_accelerate.backends.onnxruntime.int8_recipe import DEFAULT_INT8_RECIPE, recipe_for
 from spacy_accelerate.cache.store import MANIFEST_NAME
 from spacy_accelerate.cpu_features import CpuFeatures, cpu_features
 from spacy_accelerate.export.onnx import MODEL_FILE

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ProviderUnavailableError,
         SpacyAccelerateError,
         UnsupportedArchitectureError,
+        WeightsUnavailableError,
     )
     from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
     from spacy_accelerate.options.gpu import GpuOptions, TensorRTOptions
@@ -58,6 +59,7 @@ _SOURCES: dict[str, str] = {
             "ProviderUnavailableError",
             "SpacyAccelerateError",
             "UnsupportedArchitectureError",
+            "WeightsUnavailableError",
         ),
         "spacy_accelerate.errors",
     ),
@@ -86,6 +88,7 @@ __all__ = [
     "ProviderUnavailableError",
     "SpacyAccelerateError",
     "UnsupportedArchitectureError",
+    "WeightsUnavailableError",
     "accelerated_components",
     "cache_size",
     "clear_cache",

@@ -22,6 +22,7 @@ from spacy_accelerate.backends.registry import (
     serve_first,
 )
 from spacy_accelerate.cache.provenance import PipelineSource
+from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import Advice, CacheMissError, spelled
 from spacy_accelerate.options.config import (
@@ -30,15 +31,17 @@ from spacy_accelerate.options.config import (
     OptimizeConfig,
     Precision,
     Provider,
+    Workload,
 )
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
-from spacy_accelerate.pipeline.auto_precision import Candidate, choose
+from spacy_accelerate.pipeline.auto_precision import Candidate, Choice, choose
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
 )
 from spacy_accelerate.pipeline.judging import CalibrationSources, agreement_judge
+from spacy_accelerate.pipeline.parking import park_served_weights
 from spacy_accelerate.pipeline.patch import (
     accelerated_components,
     exclusive,
@@ -114,6 +117,7 @@ def optimize(
     missing_cache: str | MissingCache = "rebuild",
     bundle: bool = True,
     overlap: bool | None = DEFAULT_OVERLAP,
+    workload: str | Workload = "batches",
 ) -> Language:
     """Serve every transformer of ``nlp`` by ``provider`` (ONNX Runtime's providers or
     OpenVINO) in ``precision``; mutate and return ``nlp``.
@@ -149,11 +153,14 @@ def apply_config(
     threads: int | None,
     reloading: bool = False,
     request: OptimizeRequest | None = None,
+    folder: Path | None = None,
 ) -> Language:
     """:func:`optimize` with its options already validated; ``reloading``: a saved or
     pickled pipeline being loaded, which exports only where ``config.missing_cache`` lets
     it (otherwise :class:`~spacy_accelerate.errors.CacheMissError`), and records
-    ``request`` (what was loaded) rather than ``config`` (what it resolved to here)."""
+    ``request`` (what was loaded) rather than ``config`` (what it resolved to here);
+    ``folder``: the pipeline folder it was loaded from (where its PyTorch weights are read
+    back from: :mod:`~spacy_accelerate.pipeline.parking`)."""
     accelerator = Accelerator(nlp, config, reloading=reloading)
     shims = [target.location for target in accelerator.targets]
     try:
@@ -161,7 +168,8 @@ def apply_config(
             first = accelerator.targets[0]
             source = accelerator.sources.texts_of(first.location, first.detected.spec, config)
             candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
-            choose(nlp, config, candidates, shims, source, accelerator.cache, accelerator)
+            choice = choose(nlp, config, candidates, shims, source, accelerator.cache, accelerator)
+            _record_choice(nlp, choice)
         else:
             # With fallback=True, steps 5-9 run again on the next provider when one fails.
             serve_first(fallback_chain(config), accelerator)
@@ -170,10 +178,18 @@ def apply_config(
     for name, proxy in accelerated_components(nlp).items():
         _log_served(name, proxy.exported)
     recorded = request.plan if reloading and request is not None else None
-    plan = recorded or plan_overlap(nlp, config.overlap, threads_given=threads is not None)
+    plan = recorded or plan_overlap(
+        nlp, config.overlap, threads_given=threads is not None, workload=config.workload
+    )
     request = request or OptimizeRequest.from_config(config, threads=threads)
-    _remember(nlp, replace(request, overlap_plan=plan.record()))
+    _remember(nlp, replace(request, overlap_plan=plan.record()), folder)
     return nlp
+
+
+def _record_choice(nlp: Language, choice: Choice) -> None:
+    """Why ``auto`` serves each transformer, for ``accelerated_components`` as for the log."""
+    for proxy in accelerated_components(nlp).values():
+        proxy.serve((proxy.session, replace(proxy.exported, auto_choice=choice.explain())))
 
 
 @dataclass(frozen=True)
@@ -291,12 +307,15 @@ def _log_served(component: str, exported: ExportedModel) -> None:
     )
 
 
-def _remember(nlp: Language, request: OptimizeRequest) -> None:
+def _remember(nlp: Language, request: OptimizeRequest, folder: Path | None) -> None:
     """Make the acceleration part of the pipeline: guarded against training, recorded in
-    its config for ``to_disk``, and re-applied when new weights are loaded."""
+    its config for ``to_disk``, re-applied when new weights are loaded, and its PyTorch
+    weights out of memory while it is served (read back from ``folder``, the pipeline
+    folder it was loaded from, where there is one)."""
     install_training_guards(nlp)
     record(nlp, request)
     install_load_hooks(nlp, request, reapply, save_served)
+    park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))
 
 
 def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None) -> None:
@@ -309,9 +328,11 @@ def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None)
         # without one the pipeline keeps following the environment where it loads next.
         config = request.to_config(request.cache_dir)
         if folder is not None and _served_from_bundle(nlp, request, config, folder):
-            _remember(nlp, request)
+            _remember(nlp, request, folder)
             return
-        apply_config(nlp, config, threads=request.threads, reloading=True, request=request)
+        apply_config(
+            nlp, config, threads=request.threads, reloading=True, request=request, folder=folder
+        )
     except CacheMissError as missing:
         restore(nlp)
         logger.warning(
@@ -397,6 +418,7 @@ def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
     the options of ``request`` that chose them and ``auto``'s choice
     (:mod:`spacy_accelerate.provision.bundle`); with ``bundle=False``, an earlier bundle
     goes instead."""
+    park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))  # read back to save
     served = {name: proxy.exported for name, proxy in accelerated_components(nlp).items()}
     extras = runtime_extras(exported.provider for exported in served.values() if exported.provider)
     require_library(nlp.meta, folder, extras)
@@ -429,6 +451,7 @@ def make_optimize_callback(
     missing_cache: str = MissingCache.REBUILD.value,
     bundle: bool = True,
     overlap: bool | None = DEFAULT_OVERLAP,
+    workload: str = Workload.BATCHES.value,
     overlap_plan: dict[str, Any] | None = None,
     cache_dir: str | None = None,
     saved_cache_dir: str | None = None,

@@ -172,6 +172,11 @@ class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
     """A training call reached an accelerated (inference-only) transformer."""
 
 
+class WeightsUnavailableError(SpacyAccelerateError, RuntimeError):
+    """The PyTorch weights of an accelerated transformer, let go from memory while it is
+    served, cannot be read back (:mod:`spacy_accelerate.pipeline.parked_weights`)."""
+
+
 class AccuracyError(SpacyAccelerateError, RuntimeError):
     """A reduced-precision model lost more accuracy than the gate allows, so it is not served."""
 

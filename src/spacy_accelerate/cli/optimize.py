@@ -84,6 +84,14 @@ Overlap = Annotated[
     ),
 ]
 
+WorkloadOption = Annotated[
+    str,
+    typer.Option(
+        help="What the pipeline serves: batches (nlp.pipe) or documents (nlp(text), one per "
+        "call, as a web service does); --precision auto times its candidates on it.",
+    ),
+]
+
 
 @app.command()
 def optimize(
@@ -105,6 +113,7 @@ def optimize(
     missing_cache: MissingCache = "rebuild",
     bundle: Bundle = True,
     overlap: Overlap = DEFAULT_OVERLAP,
+    workload: WorkloadOption = "batches",
     code: Code = None,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -134,6 +143,7 @@ def optimize(
             missing_cache=missing_cache,
             bundle=bundle,
             overlap=overlap,
+            workload=workload,
         )
         for name, proxy in accelerate.accelerated_components(nlp).items():
             _echo_served(name, proxy.exported)
@@ -153,6 +163,8 @@ def _echo_served(name: str, exported: Any) -> None:
         else "not re-checked"
     )
     typer.echo(f"  against PyTorch: {checked}")
+    if exported.auto_choice:
+        typer.echo(f"  {exported.auto_choice}")
     if exported.record.compiled_as:
         typer.echo(f"  compiled as {exported.record.compiled_as}")
     if exported.record.agreement is not None:

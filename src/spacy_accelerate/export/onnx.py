@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import onnx
 import torch
 from transformers import PreTrainedModel
 
@@ -77,6 +76,9 @@ def export_onnx(model: PreTrainedModel, spec: EncoderSpec, path: Path, *, opset:
                 f"Exporting the {spec.family} encoder to ONNX failed: {error}. Please report this "
                 "with your torch and transformers versions."
             ) from error
+    # Imported here: onnx costs about a second, which loading a built model never needs.
+    import onnx
+
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as error:

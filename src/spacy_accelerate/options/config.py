@@ -33,6 +33,16 @@ class MissingCache(str, Enum):
     PYTORCH = "pytorch"
 
 
+class Workload(str, Enum):
+    """What the pipeline serves: ``nlp.pipe`` over many texts, or one document per call
+    (``nlp(text)``: a web worker answering a request). ``precision="auto"`` times its
+    candidates on it, and the overlap of ``nlp.pipe`` is not decided for single documents
+    (off, untimed)."""
+
+    BATCHES = "batches"
+    DOCUMENTS = "documents"
+
+
 def texts_digest(texts: Sequence[str]) -> str:
     """SHA256 of calibration texts: what is saved of them instead of the texts."""
     digest = hashlib.sha256()
@@ -139,6 +149,8 @@ class OptimizeConfig:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     #: What a saved or pickled pipeline does where its cache entry is missing.
     missing_cache: MissingCache = MissingCache.REBUILD
+    #: What the pipeline serves: batches or single documents (:class:`Workload`).
+    workload: Workload = Workload.BATCHES
     #: Whether ``nlp.to_disk`` saves the served models with the pipeline (its bundle).
     bundle: bool = True
 

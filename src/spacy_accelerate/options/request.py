@@ -35,6 +35,7 @@ from spacy_accelerate.options.config import (
     OptimizeConfig,
     Precision,
     Provider,
+    Workload,
     check_gpu_options,
     parse_enum,
     parse_precision,
@@ -74,6 +75,7 @@ class OptimizeOptions:
     )
     bundle: bool = field(default=True, metadata=LOAD_TIME)
     overlap: bool | None = field(default=DEFAULT_OVERLAP, metadata=LOAD_TIME)
+    workload: str | Workload = Workload.BATCHES.value
 
 
 def build_config(
@@ -124,6 +126,7 @@ def validate(options: OptimizeOptions, *, saved: bool = False) -> OptimizeConfig
         lock_timeout=float(lock_timeout) if lock_timeout is not None else DEFAULT_LOCK_TIMEOUT,
         missing_cache=parse_enum(MissingCache, options.missing_cache, "missing_cache"),
         bundle=bool(options.bundle),
+        workload=parse_enum(Workload, options.workload, "workload"),
     )
 
 
@@ -262,6 +265,7 @@ class OptimizeRequest(OptimizeOptions):
             lock_timeout=config.lock_timeout,
             missing_cache=config.missing_cache.value,
             bundle=config.bundle,
+            workload=config.workload.value,
             # In memory, for new weights loaded in this process; never saved (see saved()).
             cache_dir=str(cache_dir.expanduser().absolute()) if cache_dir else None,
             # Kept in memory for the load hooks (new weights need calibrating again);

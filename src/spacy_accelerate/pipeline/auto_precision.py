@@ -51,7 +51,7 @@ from spacy_accelerate.errors import (
     spelled,
 )
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
-from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider, Workload
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.judging import CalibrationSource
@@ -75,6 +75,12 @@ _AUTO = Advice("precision", "auto")
 #: figure on a small model, few enough that timing every candidate stays a small part of
 #: the search (measured: ``docs/accuracy.md``, "precision="auto"").
 TIMED_TOKENS = 1500
+
+#: How the log says what the candidates were timed on (``workload=``).
+TIMED_AS = {
+    Workload.BATCHES: "in batches",
+    Workload.DOCUMENTS: "one document per call",
+}
 
 #: Turns of timing; each candidate's fastest turn counts.
 TURNS = 2
@@ -107,6 +113,8 @@ class Choice:
     chosen: Candidate
     seconds: dict[str, float]
     refused: dict[str, str]
+    #: What the plans were timed on: batches of the texts, or one document per call.
+    workload: Workload = Workload.BATCHES
 
     def explain(self) -> str:
         """Why the plan won, and why each faster one lost, in one line."""
@@ -116,13 +124,19 @@ class Choice:
         return spelled(
             [
                 _AUTO,
-                f" chose {self.chosen.label} ({won:.3f} s on the timed calibration texts; "
-                f"passing plans: {timed})" + (f"; refused: {lost}" if lost else ""),
+                f" chose {self.chosen.label} ({won:.3f} s on the timed calibration texts, "
+                f"{TIMED_AS[self.workload]}; passing plans: {timed})"
+                + (f"; refused: {lost}" if lost else ""),
             ]
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"chosen": asdict(self.chosen), "seconds": self.seconds, "refused": self.refused}
+        return {
+            "chosen": asdict(self.chosen),
+            "seconds": self.seconds,
+            "refused": self.refused,
+            "workload": self.workload.value,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Choice:
@@ -131,6 +145,7 @@ class Choice:
             chosen=Candidate(Provider(chosen["provider"]), Precision(chosen["precision"])),
             seconds={str(k): float(v) for k, v in data["seconds"].items()},
             refused={str(k): str(v) for k, v in data["refused"].items()},
+            workload=Workload(data.get("workload", Workload.BATCHES.value)),
         )
 
 
@@ -170,6 +185,7 @@ def choice_inputs(
     gpu = torch.cuda.get_device_name(config.gpu.device_id or 0) if usable else None
     return {
         "auto_precision": 3,  # 3: lossier plans beat less lossy ones by the margin
+        "workload": config.workload.value,
         "candidates": [candidate.label for candidate in candidates],
         "weights_sha256": [weights_digest(location.pytorch_module) for location in locations],
         "judged_by_sha256": source.judged_by,
@@ -356,7 +372,7 @@ class AutoSearch:
             else:
                 revert(location, module)
         refused = {label: spelled(why) for label, why in self.refused.items()}
-        return Choice(chosen=winner.candidate, seconds=self.seconds(), refused=refused)
+        return Choice(winner.candidate, self.seconds(), refused, self.config.workload)
 
     def nothing_served(self) -> ProviderUnavailableError | AccuracyError:
         tried = joined(((f"{label}: ", *why) for label, why in self.refused.items()), "; ")
@@ -468,7 +484,11 @@ class AutoSearch:
             for location, module in zip(self.locations, modules, strict=True):
                 stack.enter_context(scoped(location, module))
             start = time.perf_counter()
-            annotate(self.nlp, texts or self.texts)
+            if self.config.workload is Workload.DOCUMENTS:
+                for text in texts or self.texts:  # as a service calls it
+                    self.nlp(text)
+            else:
+                annotate(self.nlp, texts or self.texts)
             return time.perf_counter() - start
 
     def race(self) -> None:

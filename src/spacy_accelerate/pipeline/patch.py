@@ -76,7 +76,7 @@ def reads_all_layers(location: ShimLocation) -> bool:
     proxy = location.shim._model
     if isinstance(proxy, AcceleratedEncoder):
         return bool(location.layer.attrs.get(ALL_LAYERS_ATTR, True))
-    config = getattr(location.pytorch_module, "config", None)
+    config = getattr(location.pytorch_shell, "config", None)
     return bool(getattr(config, "output_hidden_states", False))
 
 

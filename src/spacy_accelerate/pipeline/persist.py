@@ -37,6 +37,7 @@ from spacy.language import Language
 
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.parking import read_back_weights
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
 from spacy_accelerate.pipeline.shim import find_shim
@@ -178,6 +179,10 @@ class SaveServed:
     saver: Saver
 
     def __call__(self, path: str | Path, *args: Any, **kwargs: Any) -> None:
+        # spaCy truncates each file before it writes it: parked weights are read back
+        # first, as they may be read from the very folder being written (the saver parks
+        # them again, with it).
+        read_back_weights(self.nlp)
         type(self.nlp).to_disk(self.nlp, path, *args, **kwargs)
         self.saver(self.nlp, self.request, Path(path))
 

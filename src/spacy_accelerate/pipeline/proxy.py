@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import singledispatch
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 from curated_transformers.models.attention import AttentionMask
@@ -42,6 +42,7 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.pipeline.cancellation import check as check_cancelled
+from spacy_accelerate.pipeline.parked_weights import ParkedWeights, WeightsSource
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -84,8 +85,10 @@ def _unrequested() -> torch.Tensor:
 class AcceleratedModule(torch.nn.Module):
     """What both proxies share: the session, the original module, and their lifecycle."""
 
-    #: The PyTorch module this one stands in for (what ``restore()`` puts back).
-    original: torch.nn.Module
+    _shell: torch.nn.Module
+    #: Whether the original's weights may be parked while this serves
+    #: (:mod:`~spacy_accelerate.pipeline.parking`).
+    parks_weights: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -104,7 +107,28 @@ class AcceleratedModule(torch.nn.Module):
         BUDGET.serving = True  # forked children run torch on one thread (cpu_budget)
         # Kept outside torch's module registry: the original is not part of
         # this module's parameters, only what restore() puts back.
-        object.__setattr__(self, "original", original)
+        object.__setattr__(self, "_shell", original)
+        #: Where the original's weights are while they are parked (:meth:`park`).
+        self.parking: ParkedWeights | None = None
+
+    @property
+    def original(self) -> torch.nn.Module:
+        """The PyTorch module this one stands in for (what ``restore()`` puts back), with
+        its weights: read back, and kept, where they were parked."""
+        return self.parking.resident() if self.parking is not None else self._shell
+
+    @property
+    def shell(self) -> torch.nn.Module:
+        """The PyTorch module as it is held: its structure and config, its weights only
+        where they are not parked (no reading back)."""
+        return self._shell
+
+    def park(self, source: WeightsSource) -> None:
+        """Let the original's weights go from memory while ``source`` can give them back
+        (:mod:`~spacy_accelerate.pipeline.parked_weights`)."""
+        original = self.original  # read back first where parked with another source
+        self.parking = ParkedWeights(original, source)
+        self.parking.park()
 
     @property
     def exported(self) -> ExportedModel:
@@ -180,7 +204,12 @@ class AcceleratedModule(torch.nn.Module):
 
     def _reopen_with(self, config: OptimizeConfig) -> None:
         reopened = reopen(
-            self.exported, self.original, self.session.provider, config, self.session.layout
+            self.exported,
+            self.spec,
+            lambda: self.original,
+            self.session.provider,
+            config,
+            self.session.layout,
         )
         if reopened is None:
             raise CacheError(
@@ -194,7 +223,10 @@ class AcceleratedModule(torch.nn.Module):
     # original PyTorch weights (a faithful pipeline); loading new weights into a
     # running session would leave it stale, so that is refused.
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self.original.state_dict(*args, **kwargs)
+        if self.parking is None:
+            return self._shell.state_dict(*args, **kwargs)
+        with self.parking.briefly_resident() as original:  # read once, parked again
+            return original.state_dict(*args, **kwargs)
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         raise InferenceOnlyError(
@@ -217,10 +249,12 @@ class AcceleratedModule(torch.nn.Module):
         clone = type(self)(
             self.session,
             self.spec,
-            copy.deepcopy(self.original, memo),
+            copy.deepcopy(self._shell, memo),  # parked weights stay parked, their source shared
             self.provenance,
             *self._rebuild_args(),
         )
+        if self.parking is not None:
+            clone.parking = self.parking.copy_for(clone.shell)
         clone.opened_in = self.opened_in  # a copy made in a fork still holds the parent's
         clone.train(self.training)
         memo[id(self)] = clone
@@ -284,6 +318,10 @@ class AcceleratedHFModel(AcceleratedModule):
     """A Hugging Face ``PreTrainedModel`` look-alike backed by a runtime's session (ONNX
     Runtime, OpenVINO)."""
 
+    #: spacy-transformers puts each batch's inputs on the device of the Hugging Face model
+    #: it holds itself (``HFObjects.transformer.device``): parked, that would be ``meta``.
+    parks_weights: ClassVar[bool] = False
+
     def __init__(
         self,
         session: Session,
@@ -301,7 +339,7 @@ class AcceleratedHFModel(AcceleratedModule):
 
     def _hf_config(self) -> PretrainedConfig:
         """The Hugging Face model's config (the original is held as a plain torch module)."""
-        return cast(PreTrainedModel, self.original).config
+        return cast(PreTrainedModel, self.shell).config
 
     def _rebuild_args(self) -> tuple[Any, ...]:
         return (self.output_type,)
@@ -372,7 +410,7 @@ def _reopen(made: _Made, served: _Served, in_worker: bool = False) -> torch.nn.M
     exported, provider, config, layout = served
     if in_worker:
         worker_torch_threads(config.intra_op_threads)
-    reopened = reopen(exported, original, provider, config, layout)
+    reopened = reopen(exported, spec, lambda: original, provider, config, layout)
     if reopened is None:
         logger.warning(
             "spacy-accelerate: the cached %s model %s is not here and %s, so this "

@@ -41,9 +41,16 @@ class ShimLocation:
 
     @property
     def pytorch_module(self) -> torch.nn.Module:
-        """The PyTorch module, also when a proxy stands in for it."""
+        """The PyTorch module, also when a proxy stands in for it, with its weights (read
+        back where they were parked: :mod:`.parked_weights`)."""
         module: torch.nn.Module = self.shim._model
         return module.original if isinstance(module, AcceleratedModule) else module
+
+    @property
+    def pytorch_shell(self) -> torch.nn.Module:
+        """The PyTorch module's structure and config, its weights not read back."""
+        module: torch.nn.Module = self.shim._model
+        return module.shell if isinstance(module, AcceleratedModule) else module
 
 
 def find_shim(component: TransformerComponent) -> ShimLocation:

@@ -31,6 +31,7 @@ from spacy.language import Language
 
 from spacy_accelerate.cpu_budget import MIN_OVERLAP_GAIN, OverlapCost, OverlapPlan
 from spacy_accelerate.errors import Advice, spelled
+from spacy_accelerate.options.config import Workload
 from spacy_accelerate.pipeline.overlap import OverlappedPipe
 from spacy_accelerate.pipeline.patch import accelerated_components, is_optimized
 from spacy_accelerate.pipeline.pipe import overlapped_stages
@@ -68,11 +69,23 @@ def sample_texts(words: int = SAMPLE_WORDS) -> list[str]:
     return texts[: next((i + 1 for i, n in enumerate(counts) if n >= words), len(texts))]
 
 
-def plan_overlap(nlp: Language, overlap: bool | None, *, threads_given: bool) -> OverlapPlan:
+def plan_overlap(
+    nlp: Language, overlap: bool | None, *, threads_given: bool, workload: Workload
+) -> OverlapPlan:
     """Decide (see the module's docstring) and serve ``nlp`` on the plan: ``overlap`` as
-    the caller gave it (None: where it pays); ``threads_given``: the runtime's threads are
-    the caller's, never fewer."""
+    the caller gave it (None: where it pays, and never for single documents, which
+    ``nlp.pipe`` does not serve); ``threads_given``: the runtime's threads are the
+    caller's, never fewer."""
     proxies = _cpu_proxies(nlp)
+    if overlap is None and workload is Workload.DOCUMENTS:
+        plan = OverlapPlan(
+            False,
+            0,
+            spelled(["single documents (", Advice("workload", workload.value), ")"]),
+            overlap,
+        )
+        logger.info("spacy-accelerate: %s", describe(plan, 0))
+        return plan
     if overlap is False or not proxies or overlapped_stages(nlp) is None:
         why = spelled([Advice("overlap", False)]) if overlap is False else "nothing to overlap"
         return OverlapPlan(bool(overlap), 0, why, overlap)

@@ -2,9 +2,9 @@
 
 A runtime allocates its memory on first use (ONNX Runtime its arena), and on a
 GPU ONNX Runtime tunes kernels per shape, builds TensorRT engines and captures
-CUDA graphs; doing
-it here keeps that cost out of the user's first request. On a GPU every
-bucket of the window is run; on the CPU two typical batches suffice.
+CUDA graphs; doing it here keeps that cost out of the user's first request. On a
+GPU every bucket of the window is run; on the CPU one row
+(:func:`~spacy_accelerate.runtime.session.cpu_warm_shapes`).
 """
 
 from __future__ import annotations

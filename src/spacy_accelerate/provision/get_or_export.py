@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -108,6 +108,9 @@ class ExportedModel:
     #: The provider and precision that serve it (``auto`` decided).
     provider: str | None = None
     precision: str | None = None
+    #: Why ``precision="auto"`` serves it, where it chose it in this process: the plans
+    #: timed (on the workload it was told), the one that won, those refused.
+    auto_choice: str | None = None
 
     @property
     def cache_hit(self) -> bool:
@@ -396,7 +399,8 @@ class _Fetch:
 
 def reopen(
     exported: ExportedModel,
-    module: torch.nn.Module,
+    spec: EncoderSpec,
+    module: Callable[[], torch.nn.Module],
     provider: ResolvedProvider,
     config: OptimizeConfig,
     layout: SessionLayout,
@@ -404,11 +408,12 @@ def reopen(
     """A session over a model ``optimize()`` already verified, for a pipeline unpickled
     (in a worker process, say). Its entry is looked up, and checked against its manifest,
     in each folder of :func:`~spacy_accelerate.cache.location.search_order`. Where none
-    has it, the model is built again from ``module``'s weights, or None is returned where
+    has it, the model is built again from the weights of ``module()`` (the PyTorch module
+    of ``spec``, read back only then: :mod:`~spacy_accelerate.pipeline.parked_weights`),
+    or None is returned where
     ``config.missing_cache`` says PyTorch (or where it cannot be built without the
     pipeline: a lossy plan, judged on the whole pipeline)."""
     required = _required_files(config)
-    detected = detect_architecture(module)
     for root in search_order(exported.path.parent):
         cache = ModelCache(root, lock_timeout=config.lock_timeout)
         entry = cache.lookup(exported.key, required)
@@ -416,7 +421,7 @@ def reopen(
             continue
         # A bundled model (in a saved pipeline's folder) is read, never written to.
         keeps = None if exported.origin is Origin.BUNDLED else cache
-        here = session_layout(config, detected.spec, layout.buckets, keeps, entry.key)
+        here = session_layout(config, spec, layout.buckets, keeps, entry.key)
         try:
             session = open_session(entry.file(_model_file(config)), provider, config, here, keeps)
         except Exception:
@@ -433,7 +438,9 @@ def reopen(
     # a bundled model's: nothing is ever written into a saved pipeline's folder.
     recorded = None if exported.origin is Origin.BUNDLED else str(exported.path.parent)
     cache = ModelCache(saved_cache_dir(None, recorded), lock_timeout=config.lock_timeout)
-    request = ServeRequest(module, detected, config, provider, verification, layout.buckets)
+    weights = module()
+    detected = detect_architecture(weights)
+    request = ServeRequest(weights, detected, config, provider, verification, layout.buckets)
     return get_or_export(request, cache)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.backends.base import Backend, BuildJob
 from spacy_accelerate.backends.onnxruntime.graph import graph_plan, optimize_graph
+from spacy_accelerate.backends.onnxruntime.int8_recipe import Int8Recipe, recipe_for
 from spacy_accelerate.backends.onnxruntime.provider_options import (
     EXTRAS,
     INSTALL_HINTS,
@@ -34,11 +35,7 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
     engine_settings,
     import_onnxruntime,
 )
-from spacy_accelerate.backends.onnxruntime.quantize import (
-    Int8Recipe,
-    quantize_within_gate,
-    recipe_for,
-)
+from spacy_accelerate.backends.onnxruntime.quantize import quantize_within_gate
 from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.cache.derived import DerivedFolders
 from spacy_accelerate.cache.store import ModelCache
@@ -72,7 +69,7 @@ def tensorrt_version() -> str:
 
 
 def int8_recipe() -> Int8Recipe:
-    """How this CPU's int8 model is made (:func:`.quantize.recipe_for` of the CPU the
+    """How this CPU's int8 model is made (:func:`.int8_recipe.recipe_for` of the CPU the
     detection sees, or a test simulates)."""
     return recipe_for(cpu_features())
 

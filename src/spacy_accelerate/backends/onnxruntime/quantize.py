@@ -31,18 +31,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.backends.onnxruntime.graph import GraphPlan, graph_plan, optimize_graph
-from spacy_accelerate.cpu_features import CpuFeatures
+from spacy_accelerate.backends.onnxruntime.int8_recipe import HARM_ROWS, Int8Recipe
 from spacy_accelerate.errors import Advice, Said
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime.session import Session
 from spacy_accelerate.verify.calibration import spread
 from spacy_accelerate.verify.plan_search import (
-    SEARCH_RULE,
     Built,
     Int8Search,
     PlanUnavailable,
@@ -52,51 +50,13 @@ from spacy_accelerate.verify.plan_search import (
 from spacy_accelerate.verify.record import BuiltModel
 from spacy_accelerate.verify.speed import Rival
 
-if TYPE_CHECKING:  # the backend interface names this module's plan search
+if TYPE_CHECKING:
+    import onnx
+
+    # the backend interface names this module's plan search
     from spacy_accelerate.backends.base import BuildJob
 
 logger = logging.getLogger("spacy_accelerate")
-
-
-#: Calibration rows each MatMul's harm is measured on, one from each of as many items spread
-#: over the texts (their genres), each without its padding: the ladder needs only which
-#: MatMuls harm most, and each one costs a run of the model over them. Two rows keep the
-#: most harmful as four do, as four keep eight's (measured by ``benchmarks/harm_rows.py``:
-#: ``benchmarks/results/harm_rows-epyc-2cpu-2026-12-04.json``, ``docs/accuracy.md``).
-HARM_ROWS = 2
-
-
-@dataclass(frozen=True)
-class Int8Recipe:
-    """How the int8 model is made; part of the cache key."""
-
-    #: One scale per output channel of each weight instead of one per tensor.
-    per_channel: bool = True
-    #: 7-bit weights, where the CPU's int8 products saturate (see
-    #: :func:`recipe_for`); 8-bit elsewhere.
-    reduce_range: bool = False
-    #: Apply ONNX Runtime's transformer fusions (fused attention) before quantizing.
-    fuse_first: bool = False
-    #: The block sizes of the blockwise plans, coarsest (fastest) first.
-    blocks: tuple[int, ...] = (128, 32)
-    #: How the plans are searched (part of the key: a changed search may serve another
-    #: plan).
-    ladder: str = SEARCH_RULE
-    #: The calibration rows each MatMul's harm is measured on (:func:`matmul_harm`): they
-    #: rank the ladder's units.
-    harm_rows: int = HARM_ROWS
-
-
-DEFAULT_INT8_RECIPE = Int8Recipe()
-
-
-def recipe_for(cpu: CpuFeatures) -> Int8Recipe:
-    """The recipe for ``cpu``: 7-bit weights on an x86 CPU without VNNI, where ONNX
-    Runtime's u8 x s8 products saturate (its quantization guide recommends
-    ``reduce_range`` there): with 8-bit weights on such a CPU no plan kept every real
-    piece within the cosine gate, with 7-bit weights the same plan did (measured:
-    ``docs/hardware.md``, "7-bit weights")."""
-    return Int8Recipe(reduce_range=cpu.int8_products_saturate)
 
 
 #: Operators whose weights are quantized (``Attention`` appears only in a fused graph).
@@ -113,6 +73,7 @@ def prepare(source: Path, target: Path) -> None:
     follow the dynamic mask arithmetic; ONNX's gave the same int8 model on the BERT and
     RoBERTa exports), only time (measured: ``docs/performance.md``, "Issue 29 on an
     Intel Xeon with AMX")."""
+    import onnx  # here, not at the top: loading a built model never needs it
     import onnxruntime
     from onnxruntime.quantization.quant_utils import add_pre_process_metadata
 
@@ -200,6 +161,7 @@ def switchable_model(
     activations: per tensor, uint8 with a zero point) times the weight rounded as
     ``recipe`` rounds it. Only the branch taken runs, so a measurement costs one model's
     time. Returns the model and each MatMul's switch input by node name."""
+    import onnx  # here, not at the top: loading a built model never needs it
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -243,6 +205,7 @@ def switchable_model(
 
 def _branch(name: str, nodes: list[onnx.NodeProto], output: str) -> onnx.GraphProto:
     """A branch of an ``If``: ``nodes`` reading the outer graph's tensors, one float output."""
+    import onnx  # here, not at the top: loading a built model never needs it
     from onnx import helper
 
     value = helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None)
@@ -305,6 +268,8 @@ def with_float_matmuls(
     the activations' ``DynamicQuantizeLinear`` and the weight's constants; it is replaced
     by the float node, and what nothing reads any more is dropped. None where a chain is
     not found as expected (another quantizer's layout): the plan is quantized instead."""
+    import onnx  # here, not at the top: loading a built model never needs it
+
     names = set(kept)
     originals = [node for node in weighted_matmuls(prepared.graph) if node.name in names]
     if len(originals) != len(names):
@@ -428,6 +393,7 @@ def blockwise_label(block_size: int) -> str:
 def quantize_blockwise(prepared: Path, target: Path, block_size: int) -> None:
     """Write the blockwise int8 version of the prepared model to ``target``
     (ONNX Runtime's ``MatMulNBitsQuantizer``: 8 bits, symmetric, int8 arithmetic)."""
+    import onnx  # here, not at the top: loading a built model never needs it
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     # Its logger says INFO for every node it passes (thousands of lines on a BERT-base).
@@ -536,6 +502,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def write_dynamic(self, plan: KeptFloat, target: Path) -> None:
         """The dynamic int8 ``plan`` written to ``target``: a ladder's plan made from the
         all-int8 model (:func:`with_float_matmuls`), else quantized."""
+        import onnx  # here, not at the top: loading a built model never needs it
+
         if plan.kept:
             model = with_float_matmuls(self.all_int8, self.prepared_model, plan.kept)
             if model is not None:
@@ -547,6 +515,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def all_int8(self) -> onnx.ModelProto:
         """The all-int8 plan's model: the file this search built for it (a second round
         of ``auto``'s search is handed its first round's), else quantized now."""
+        import onnx  # here, not at the top: loading a built model never needs it
+
         built = self.files.get(self.label(KeptFloat()))
         if built is None or not built.exists():
             built = self.files["all-int8"] = self.job.path.with_name(f"int8-{self.job.path.name}")
@@ -555,11 +525,15 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
 
     @functools.cached_property
     def prepared_model(self) -> onnx.ModelProto:
+        import onnx  # here, not at the top: loading a built model never needs it
+
         return onnx.load(str(self.prepared))
 
     def prepared_file(self) -> Path:
         """The prepared model's file, written from memory where a second round was handed
         the model alone (only a plan the ladder surgery cannot make needs it)."""
+        import onnx  # here, not at the top: loading a built model never needs it
+
         if not self.prepared.exists():
             onnx.save(self.prepared_model, str(self.prepared))
         return self.prepared
@@ -567,6 +541,8 @@ class OnnxRuntimeQuantizer(Quantizer[Session, OrtPlan]):
     def prepared_copy(self) -> onnx.ModelProto:
         """A copy of the prepared model that may be changed: read from its file where
         there is one (the model in memory may not be loaded yet), else copied."""
+        import onnx  # here, not at the top: loading a built model never needs it
+
         if self.prepared.exists():
             return onnx.load(str(self.prepared))
         copy = onnx.ModelProto()
@@ -621,4 +597,4 @@ def quantize_within_gate(
     return search.run()
 
 
-__all__ = ["DEFAULT_INT8_RECIPE", "Int8Recipe", "quantize_int8", "recipe_for"]
+__all__ = ["Int8Recipe", "quantize_int8"]

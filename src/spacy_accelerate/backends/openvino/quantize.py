@@ -32,9 +32,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from spacy_accelerate import progress
 from spacy_accelerate.architectures.inputs import EncoderInputs
@@ -72,6 +70,9 @@ from spacy_accelerate.verify.plan_search import (
 )
 from spacy_accelerate.verify.record import BuiltModel
 from spacy_accelerate.verify.speed import Rival
+
+if TYPE_CHECKING:
+    import onnx
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -267,6 +268,8 @@ class OpenVINOQuantizer(Quantizer[OpenVINOSession, Plan]):
         open_session: Callable[[Any], OpenVINOSession],
         carried: StaticInt8Model | None = None,
     ) -> None:
+        import onnx  # here, not at the top: loading a built model never needs it
+
         calibration = job.calibration
         if calibration is None:
             raise ValueError("OpenVINO's int8 needs calibration inputs")

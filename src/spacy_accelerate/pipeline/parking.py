@@ -1,0 +1,80 @@
+"""Which source each served transformer's PyTorch weights are parked with, and when.
+
+:mod:`.parked_weights` is the mechanism; this is the policy. After ``optimize()`` and
+after every load, each accelerated transformer's weights are parked: with the pipeline
+folder they were just loaded from where there is one (nothing written), else with a
+temporary file in the cache folder. ``nlp.to_disk`` reads them back before spaCy writes
+(a save into the very folder they would be read from truncates that file first), then
+parks them with the folder just written.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from spacy.language import Language
+from thinc.api import Model
+
+from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.parked_weights import (
+    TemporaryWeightsFile,
+    WeightsSource,
+    return_freed_memory,
+    saved_model_file,
+)
+from spacy_accelerate.pipeline.proxy import AcceleratedModule
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+
+logger = logging.getLogger("spacy_accelerate")
+
+
+def park_served_weights(nlp: Language, folder: Path | None, scratch: Path) -> None:
+    """Park the PyTorch weights of every accelerated transformer of ``nlp``: read back
+    from ``folder`` (the pipeline folder they were loaded from or saved to, None where
+    there is none) where it holds them in thinc's format, else from a temporary file
+    written in ``scratch`` (the cache folder); kept in memory where neither can be had."""
+    for component in transformer_components(nlp):
+        location = find_shim(component)
+        proxy = location.module
+        if not isinstance(proxy, AcceleratedModule) or not proxy.parks_weights:
+            continue
+        source = _source(location, component.pipe.model, folder, proxy, scratch)
+        if source is not None:
+            proxy.park(source)
+    return_freed_memory()
+
+
+def _source(
+    location: ShimLocation,
+    model: Model,
+    folder: Path | None,
+    proxy: AcceleratedModule,
+    scratch: Path,
+) -> WeightsSource | None:
+    if folder is not None:
+        saved = saved_model_file(folder, location.component, model, location.shim)
+        if saved is not None:
+            return saved
+    if proxy.parking is not None and isinstance(proxy.parking.source, TemporaryWeightsFile):
+        return proxy.parking.source  # still holds these weights: nothing to write again
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        return TemporaryWeightsFile.write(proxy.original, scratch)
+    except OSError as error:
+        logger.info(
+            "spacy-accelerate: %s keeps its PyTorch weights in memory beside the "
+            "accelerated model: no temporary file could be written in %s (%s).",
+            location.component,
+            scratch,
+            error,
+        )
+        return None
+
+
+def read_back_weights(nlp: Language) -> None:
+    """Every parked weight of ``nlp`` back in memory (before a save)."""
+    for component in transformer_components(nlp):
+        proxy = find_shim(component).module
+        if isinstance(proxy, AcceleratedModule):
+            _ = proxy.original  # reads them back

@@ -1,0 +1,150 @@
+"""A served transformer's PyTorch weights are out of memory and come back intact.
+
+After ``optimize()`` and after a bundled ``spacy.load``, the PyTorch module's parameters
+hold no storage (they are on the ``meta`` device), and ``restore()`` reads them back from
+the pipeline folder or the temporary file so that PyTorch's outputs are bit-identical.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+import torch
+from annotations import last_hidden, run
+from spacy.language import Language
+
+import spacy_accelerate
+from spacy_accelerate import WeightsUnavailableError
+from spacy_accelerate.pipeline.parked_weights import SavedModelFile, TemporaryWeightsFile
+from spacy_accelerate.pipeline.patch import accelerated_components
+
+BATCH = 8
+
+
+@pytest.fixture()
+def roberta(sample_path: Callable[[str], Path]) -> Language:
+    return spacy.load(sample_path("roberta"))
+
+
+@pytest.fixture()
+def texts(ewt_texts: list[str]) -> list[str]:
+    return ewt_texts[:16]
+
+
+def _pytorch_outputs(nlp: Language, texts: list[str]) -> list[np.ndarray]:
+    return [last_hidden(doc) for doc in run(nlp, texts, BATCH)]
+
+
+def _stored_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
+    return list(module.state_dict().values())
+
+
+def _only_proxy(nlp: Language):  # noqa: ANN202 (the proxy's class is the point of the test)
+    (proxy,) = accelerated_components(nlp).values()
+    return proxy
+
+
+def _assert_parked(nlp: Language) -> None:
+    proxy = _only_proxy(nlp)
+    stored = _stored_tensors(proxy.shell)
+    assert stored and all(tensor.is_meta for tensor in stored)  # shapes only, no storage
+    assert all(tensor.untyped_storage().data_ptr() == 0 for tensor in stored)
+
+
+def _assert_identical(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_optimize_parks_the_weights_and_restore_gives_pytorchs_outputs(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    _assert_parked(roberta)
+    assert isinstance(_only_proxy(roberta).parking.source, TemporaryWeightsFile)
+    spacy_accelerate.restore(roberta)
+    _assert_identical(_pytorch_outputs(roberta, texts), expected)
+
+
+def test_a_bundled_load_reads_the_weights_back_from_its_folder(
+    roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    roberta.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    _assert_parked(loaded)
+    source = _only_proxy(loaded).parking.source
+    assert isinstance(source, SavedModelFile) and source.path.is_relative_to(tmp_path / "saved")
+    accelerated = _pytorch_outputs(loaded, texts)
+    spacy_accelerate.restore(loaded)
+    _assert_identical(_pytorch_outputs(loaded, texts), expected)
+    assert max(np.abs(a - b).max() for a, b in zip(accelerated, expected, strict=True)) < 1e-3
+
+
+def test_saving_into_the_folder_it_was_loaded_from_keeps_the_weights(
+    roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    roberta.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    loaded.to_disk(tmp_path / "saved")  # spaCy truncates the very file they are parked in
+    _assert_parked(loaded)
+    for nlp in (loaded, spacy.load(tmp_path / "saved")):
+        spacy_accelerate.restore(nlp)
+        _assert_identical(_pytorch_outputs(nlp, texts), expected)
+
+
+def test_a_folder_rewritten_behind_its_back_is_refused_not_read(
+    roberta: Language, cache_dir: Path, tmp_path: Path
+):
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    roberta.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    model_file = _only_proxy(loaded).parking.source.path
+    model_file.write_bytes(model_file.read_bytes()[:-1])  # in place, as spaCy writes
+    with pytest.raises(WeightsUnavailableError, match="rewritten since the pipeline was loaded"):
+        spacy_accelerate.restore(loaded)
+
+
+def test_copies_and_pickles_of_a_parked_pipeline_restore_pytorchs_outputs(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    copied = copy.deepcopy(roberta)
+    _assert_parked(copied)
+    unpickled = pickle.loads(pickle.dumps(roberta))
+    for nlp in (copied, unpickled, roberta):
+        spacy_accelerate.restore(nlp)
+        _assert_identical(_pytorch_outputs(nlp, texts), expected)
+
+
+def test_saving_reads_the_weights_once_and_parks_them_again(
+    roberta: Language, cache_dir: Path, tmp_path: Path
+):
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    state = {
+        name: tensor.clone() for name, tensor in _only_proxy(roberta).original.state_dict().items()
+    }
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)  # parked again
+    roberta.to_disk(tmp_path / "saved")
+    _assert_parked(roberta)
+    plain = spacy.load(
+        tmp_path / "saved", config={"nlp": {"after_pipeline_creation": {"enabled": False}}}
+    )
+    module = next(
+        shim._model for node in plain.get_pipe("transformer").model.walk() for shim in node.shims
+    )
+    saved = module.state_dict()
+    assert saved.keys() == state.keys()
+    assert all(torch.equal(saved[name], state[name]) for name in state)

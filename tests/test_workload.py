@@ -1,0 +1,87 @@
+"""``workload="documents"``: a pipeline that serves one document per call says so, keeps
+it when saved, and ``precision="auto"`` times its candidates that way."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import spacy
+from annotations import disagreements
+from spacy.language import Language
+
+import spacy_accelerate
+from spacy_accelerate import InvalidOptionError
+from spacy_accelerate.pipeline import auto_precision
+from spacy_accelerate.pipeline.persist import CALLBACK_KEY
+
+
+@pytest.fixture()
+def roberta(sample_path: Callable[[str], Path]) -> Language:
+    return spacy.load(sample_path("roberta"))
+
+
+@pytest.fixture()
+def bert(sample_path: Callable[[str], Path]) -> Language:
+    return spacy.load(sample_path("bert"))
+
+
+def test_the_workload_round_trips_through_to_disk_and_load(
+    roberta: Language, cache_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.INFO, logger="spacy_accelerate"):
+        spacy_accelerate.optimize(roberta, provider="cpu", workload="documents")
+    assert "overlap off (single documents (workload='documents'))" in caplog.text
+    assert roberta.config["nlp"][CALLBACK_KEY]["workload"] == "documents"
+    roberta.to_disk(tmp_path / "saved")
+    loaded = spacy.load(tmp_path / "saved")
+    assert spacy_accelerate.is_optimized(loaded)
+    assert loaded.config["nlp"][CALLBACK_KEY]["workload"] == "documents"
+    assert not loaded.config["nlp"][CALLBACK_KEY]["overlap_plan"]["overlap"]
+    loaded.to_disk(tmp_path / "again")
+    assert spacy.load(tmp_path / "again").config["nlp"][CALLBACK_KEY]["workload"] == "documents"
+
+
+def test_an_unknown_workload_names_the_choices(roberta: Language):
+    with pytest.raises(InvalidOptionError, match="'batches', 'documents'"):
+        spacy_accelerate.optimize(roberta, provider="cpu", workload="requests")
+
+
+def test_single_documents_are_annotated_as_nlp_pipe_annotates_them(
+    roberta: Language, cache_dir: Path, ewt_texts: list[str]
+):
+    spacy_accelerate.optimize(roberta, provider="cpu", workload="documents")
+    texts = ewt_texts[:24]
+    one_by_one = [roberta(text) for text in texts]
+    assert disagreements(list(roberta.pipe(texts, batch_size=8)), one_by_one, roberta) == []
+
+
+def test_auto_times_a_documents_workload_one_document_per_call(
+    bert: Language, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    calls: list[str] = []
+    single = Language.__call__
+
+    def counted(nlp: Language, text: str, *args: object, **kwargs: object) -> object:
+        calls.append(text)
+        return single(nlp, text, *args, **kwargs)
+
+    monkeypatch.setattr(Language, "__call__", counted)
+    spacy_accelerate.optimize(bert, "cpu", "auto", workload="batches")
+    in_batches = len(calls)
+    spacy_accelerate.optimize(bert, "cpu", "auto", workload="documents")  # another choice
+    timed = auto_precision.timed_texts(auto_precision.builtin_texts())
+    # every passing plan at least its first turn, one call per timed text
+    assert len(calls) - in_batches >= len(timed)
+    choices = [
+        json.loads((entry.path / auto_precision.CHOICE_FILE).read_text())
+        for entry in spacy_accelerate.list_cached(cache_dir)
+        if (entry.path / auto_precision.CHOICE_FILE).exists()
+    ]
+    assert sorted(choice["workload"] for choice in choices) == ["batches", "documents"]
+    proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
+    assert proxy.exported.auto_choice is not None
+    assert "one document per call" in proxy.exported.auto_choice
