@@ -46,6 +46,14 @@ import spacy_accelerate  # noqa: E402
 from spacy_accelerate.cache.root import CACHE_ENV_VAR  # noqa: E402
 
 PLAIN = "pytorch fp32"
+#: What each accelerated variant asks ``optimize()`` for: bundle.py's plans (for batches),
+#: OpenVINO fp32 (the CPUs without bf16), and ``auto`` told the pipeline serves single
+#: documents.
+SERVED: dict[str, tuple[str, str, str]] = {
+    **{plan: (provider, precision, "batches") for plan, (provider, precision) in PLANS.items()},
+    "openvino fp32": ("openvino", "fp32", "batches"),
+    "auto documents": ("auto", "auto", "documents"),
+}
 
 #: Run by each loading process: argv[1] the folder, argv[2] a JSON file of paragraphs;
 #: prints one JSON line (times in seconds, memory in MiB).
@@ -82,11 +90,13 @@ def save_variants(pipeline: str, plans: list[str], work: Path) -> dict[str, Path
     for variant, folder in folders.items():
         if (folder / "config.cfg").exists():
             continue
+        folder.parent.mkdir(parents=True, exist_ok=True)
         nlp = load_benchmark_pipeline(pipeline)
         if variant != PLAIN:
             cache = tempfile.mkdtemp(prefix="serving-save-cache-")
             os.environ[CACHE_ENV_VAR] = cache
-            spacy_accelerate.optimize(nlp, *PLANS[variant])
+            provider, precision, workload = SERVED[variant]
+            spacy_accelerate.optimize(nlp, provider, precision, workload=workload)
         nlp.to_disk(folder)
         if variant != PLAIN:
             shutil.rmtree(os.environ.pop(CACHE_ENV_VAR))
@@ -189,9 +199,9 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["load", "latency"])
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    unknown = [plan for plan in args.plans if plan not in PLANS]
+    unknown = [plan for plan in args.plans if plan not in SERVED]
     if unknown:
-        parser.error(f"unknown plans {unknown}; choose from {sorted(PLANS)}")
+        parser.error(f"unknown plans {unknown}; choose from {sorted(SERVED)}")
     sentences = [s.text for s in ewt.read_sentences("test")[: args.sentences]]
     paragraphs = ewt.document_texts("test", sentences=8 * args.documents)[: args.documents]
     paragraphs_file = Path(tempfile.mkdtemp(prefix="serving-texts-")) / "paragraphs.json"

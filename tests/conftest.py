@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import spacy
+from spacy.language import Language
 from spacy_accelerate_samples import ewt
 from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR, ensure_sample
 
@@ -84,6 +86,18 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "model-cache"
     monkeypatch.setenv("SPACY_ACCELERATE_CACHE", str(folder))
     return folder
+
+
+@pytest.fixture()
+def roberta(sample_path: Callable[[str], Path]) -> Language:
+    """The tiny RoBERTa sample pipeline, freshly loaded (PyTorch)."""
+    return spacy.load(sample_path("roberta"))
+
+
+@pytest.fixture()
+def bert(sample_path: Callable[[str], Path]) -> Language:
+    """The tiny BERT sample pipeline, freshly loaded (PyTorch)."""
+    return spacy.load(sample_path("bert"))
 
 
 @pytest.fixture()

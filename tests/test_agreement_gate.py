@@ -39,11 +39,6 @@ from spacy_accelerate.verify.agreement import (
 from spacy_accelerate.verify.speed import LOSSY_MARGIN
 
 
-@pytest.fixture()
-def bert(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("bert"))
-
-
 def _interval_by_search(same: int, total: int, z: float = 1.959963984540054) -> float:
     """The Wilson lower bound found the long way: the smallest p whose score test does
     not reject the observed rate (bisection), independent of the closed form."""

@@ -32,11 +32,6 @@ from spacy_accelerate.architectures.bert import BertArchitecture
 from spacy_accelerate.runtime import providers as providers_module
 
 
-@pytest.fixture()
-def bert(sample_path: Callable[[str], Path]) -> spacy.language.Language:
-    return spacy.load(sample_path("bert"))
-
-
 def test_errors_share_one_base():
     for error in (
         ConversionError,

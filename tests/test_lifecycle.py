@@ -30,11 +30,6 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture()
-def roberta(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("roberta"))
-
-
-@pytest.fixture()
 def texts(ewt_texts: list[str]) -> list[str]:
     return ewt_texts[:24]
 

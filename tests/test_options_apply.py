@@ -4,7 +4,6 @@ asked for and those that read it; a saved pipeline holding one warns and loads."
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,11 +141,6 @@ def test_every_rule_names_its_keyword_as_optimize_spells_it() -> None:
 
 
 # --------------------------------------------------------------------------- saved configs
-
-
-@pytest.fixture()
-def roberta(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("roberta"))
 
 
 def _saved_with(nlp: Language, folder: Path, **section: object) -> Path:

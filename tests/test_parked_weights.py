@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +24,6 @@ from spacy_accelerate.pipeline.parked_weights import SavedModelFile, TemporaryWe
 from spacy_accelerate.pipeline.patch import accelerated_components
 
 BATCH = 8
-
-
-@pytest.fixture()
-def roberta(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("roberta"))
 
 
 @pytest.fixture()
@@ -57,6 +51,13 @@ def _assert_parked(nlp: Language) -> None:
     assert all(tensor.untyped_storage().data_ptr() == 0 for tensor in stored)
 
 
+def _saved_and_loaded(nlp: Language, folder: Path) -> Language:
+    """``nlp`` accelerated on the CPU, saved with its bundle into ``folder`` and loaded."""
+    spacy_accelerate.optimize(nlp, provider="cpu")
+    nlp.to_disk(folder)
+    return spacy.load(folder)
+
+
 def _assert_identical(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
     assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
@@ -78,9 +79,7 @@ def test_a_bundled_load_reads_the_weights_back_from_its_folder(
     roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
 ):
     expected = _pytorch_outputs(roberta, texts)
-    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
-    roberta.to_disk(tmp_path / "saved")
-    loaded = spacy.load(tmp_path / "saved")
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
     _assert_parked(loaded)
     source = _only_proxy(loaded).parking.source
     assert isinstance(source, SavedModelFile) and source.path.is_relative_to(tmp_path / "saved")
@@ -94,9 +93,7 @@ def test_saving_into_the_folder_it_was_loaded_from_keeps_the_weights(
     roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
 ):
     expected = _pytorch_outputs(roberta, texts)
-    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
-    roberta.to_disk(tmp_path / "saved")
-    loaded = spacy.load(tmp_path / "saved")
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
     loaded.to_disk(tmp_path / "saved")  # spaCy truncates the very file they are parked in
     _assert_parked(loaded)
     for nlp in (loaded, spacy.load(tmp_path / "saved")):
@@ -107,9 +104,7 @@ def test_saving_into_the_folder_it_was_loaded_from_keeps_the_weights(
 def test_a_folder_rewritten_behind_its_back_is_refused_not_read(
     roberta: Language, cache_dir: Path, tmp_path: Path
 ):
-    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
-    roberta.to_disk(tmp_path / "saved")
-    loaded = spacy.load(tmp_path / "saved")
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
     model_file = _only_proxy(loaded).parking.source.path
     model_file.write_bytes(model_file.read_bytes()[:-1])  # in place, as spaCy writes
     with pytest.raises(WeightsUnavailableError, match="rewritten since the pipeline was loaded"):

@@ -53,11 +53,6 @@ from spacy_accelerate.verify.verification import random_rows
 
 
 @pytest.fixture()
-def roberta(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("roberta"))
-
-
-@pytest.fixture()
 def texts(ewt_texts: list[str]) -> list[str]:
     return ewt_texts[:16]
 

@@ -1,11 +1,12 @@
-"""``workload="documents"``: a pipeline that serves one document per call says so, keeps
-it when saved, and ``precision="auto"`` times its candidates that way."""
+"""Serving one document per call: ``workload="documents"`` says so, is kept when the
+pipeline is saved, and ``precision="auto"`` times its candidates that way; a single
+document is annotated as ``nlp.pipe`` annotates it; the runtime's threads leave the CPUs
+to the caller between two runs."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,16 +18,6 @@ import spacy_accelerate
 from spacy_accelerate import InvalidOptionError
 from spacy_accelerate.pipeline import auto_precision
 from spacy_accelerate.pipeline.persist import CALLBACK_KEY
-
-
-@pytest.fixture()
-def roberta(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("roberta"))
-
-
-@pytest.fixture()
-def bert(sample_path: Callable[[str], Path]) -> Language:
-    return spacy.load(sample_path("bert"))
 
 
 def test_the_workload_round_trips_through_to_disk_and_load(
@@ -85,3 +76,10 @@ def test_auto_times_a_documents_workload_one_document_per_call(
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
     assert proxy.exported.auto_choice is not None
     assert "one document per call" in proxy.exported.auto_choice
+
+
+def test_onnx_runtimes_threads_sleep_between_runs(roberta: Language, cache_dir: Path):
+    spacy_accelerate.optimize(roberta, provider="cpu")
+    session = spacy_accelerate.accelerated_components(roberta)["transformer"].session
+    options = session._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
