@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ctypes
 import io
-import logging
 import os
 import sys
 import tempfile
@@ -47,8 +46,6 @@ from thinc.shims.pytorch import default_deserialize_torch_model
 
 from spacy_accelerate.errors import WeightsUnavailableError
 
-logger = logging.getLogger("spacy_accelerate")
-
 #: Where spaCy saves a trainable component's thinc model, under the component's folder.
 MODEL_FILE = "model"
 META = torch.device("meta")
@@ -62,9 +59,23 @@ class WeightsSource(Protocol):
         ...
 
 
-def _load_state(data: IO[bytes], device: torch.device) -> dict[str, torch.Tensor]:
-    state: dict[str, torch.Tensor] = torch.load(data, map_location=device, weights_only=True)
+def _load_state(data: bytes, device: torch.device) -> dict[str, torch.Tensor]:
+    buffer = io.BytesIO(data)
+    state: dict[str, torch.Tensor] = torch.load(buffer, map_location=device, weights_only=True)
     return state
+
+
+def _read_all(file: IO[bytes]) -> bytes:
+    """The whole of ``file``, read at explicit offsets: a forked worker shares the file's
+    position with its parent, so a seek and a read could interleave with theirs."""
+    size, chunks, done = os.fstat(file.fileno()).st_size, [], 0
+    while done < size:
+        chunk = os.pread(file.fileno(), size - done, done)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
 
 
 @dataclass
@@ -80,22 +91,19 @@ class SavedModelFile:
 
     def __post_init__(self) -> None:
         self.identity = _identity(self.file)
-        self.lock = threading.Lock()
 
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
-        with self.lock:
-            if _identity(self.file) != self.identity:
-                raise WeightsUnavailableError(
-                    f"The PyTorch weights of this accelerated transformer were to be read back "
-                    f"from {self.path}, which has been rewritten since the pipeline was loaded. "
-                    "Load the pipeline again (with config={'nlp': {'after_pipeline_creation': "
-                    "{'enabled': False}}} to keep it on PyTorch), and save accelerated "
-                    "pipelines with nlp.to_disk, which reads the weights back first."
-                )
-            self.file.seek(0)
-            saved = srsly.msgpack_loads(self.file.read())
+        if _identity(self.file) != self.identity:
+            raise WeightsUnavailableError(
+                f"The PyTorch weights of this accelerated transformer were to be read back "
+                f"from {self.path}, which has been rewritten since the pipeline was loaded. "
+                "Load the pipeline again (with config={'nlp': {'after_pipeline_creation': "
+                "{'enabled': False}}} to keep it on PyTorch), and save accelerated "
+                "pipelines with nlp.to_disk, which reads the weights back first."
+            )
+        saved = srsly.msgpack_loads(_read_all(self.file))
         shim_message = srsly.msgpack_loads(saved["shims"][self.node][self.shim])
-        return _load_state(io.BytesIO(shim_message["state"]), device)
+        return _load_state(shim_message["state"], device)
 
 
 def _identity(file: IO[bytes]) -> tuple[int, int, int]:
@@ -109,9 +117,6 @@ class TemporaryWeightsFile:
 
     file: IO[bytes]
 
-    def __post_init__(self) -> None:
-        self.lock = threading.Lock()
-
     @classmethod
     def write(cls, module: torch.nn.Module, folder: Path) -> TemporaryWeightsFile:
         file = tempfile.TemporaryFile(dir=folder)
@@ -124,9 +129,7 @@ class TemporaryWeightsFile:
         return cls(file)
 
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
-        with self.lock:
-            self.file.seek(0)
-            return _load_state(self.file, device)
+        return _load_state(_read_all(self.file), device)
 
 
 def return_freed_memory() -> None:
