@@ -8,7 +8,9 @@ the pipeline folder or the temporary file so that PyTorch's outputs are bit-iden
 from __future__ import annotations
 
 import copy
+import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ import spacy_accelerate
 from spacy_accelerate import WeightsUnavailableError
 from spacy_accelerate.pipeline.parked_weights import SavedModelFile, TemporaryWeightsFile
 from spacy_accelerate.pipeline.patch import accelerated_components
+from spacy_accelerate.provision.get_or_export import Origin
 
 BATCH = 8
 
@@ -37,6 +40,13 @@ def _pytorch_outputs(nlp: Language, texts: list[str]) -> list[np.ndarray]:
 
 def _stored_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return list(module.state_dict().values())
+
+
+def _pytorch(nlp: Language) -> torch.nn.Module:
+    """The transformer's module in a plain (PyTorch) pipeline."""
+    return next(
+        shim._model for node in nlp.get_pipe("transformer").model.walk() for shim in node.shims
+    )
 
 
 def _only_proxy(nlp: Language):  # noqa: ANN202 (the proxy's class is the point of the test)
@@ -137,9 +147,43 @@ def test_saving_reads_the_weights_once_and_parks_them_again(
     plain = spacy.load(
         tmp_path / "saved", config={"nlp": {"after_pipeline_creation": {"enabled": False}}}
     )
-    module = next(
-        shim._model for node in plain.get_pipe("transformer").model.walk() for shim in node.shims
-    )
+    module = _pytorch(plain)
     saved = module.state_dict()
     assert saved.keys() == state.keys()
     assert all(torch.equal(saved[name], state[name]) for name in state)
+
+
+def test_a_folder_saved_without_the_transformer_is_not_where_its_weights_are_read(
+    roberta: Language,
+    sample_path: Callable[[str], Path],
+    cache_dir: Path,
+    tmp_path: Path,
+    texts: list[str],
+):
+    expected = _pytorch_outputs(roberta, texts)
+    other = spacy.load(sample_path("roberta"))  # a pipeline with other weights there
+    with torch.no_grad():
+        for parameter in _pytorch(other).parameters():
+            parameter.add_(1.0)
+    other.to_disk(tmp_path / "partial")
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
+    loaded.to_disk(tmp_path / "partial", exclude=["transformer"])
+    source = _only_proxy(loaded).parking.source
+    assert not (
+        isinstance(source, SavedModelFile) and source.path.is_relative_to(tmp_path / "partial")
+    )
+    spacy_accelerate.restore(loaded)
+    _assert_identical(_pytorch_outputs(loaded, texts), expected)
+
+
+def test_a_bundle_saved_before_the_workload_option_is_still_served(
+    roberta: Language, cache_dir: Path, tmp_path: Path
+):
+    spacy_accelerate.optimize(roberta, provider="cpu")
+    roberta.to_disk(tmp_path / "saved")
+    listing = tmp_path / "saved" / "spacy_accelerate" / "bundle.json"
+    bundle = json.loads(listing.read_text())
+    del bundle["options"]["workload"]  # as an earlier release wrote it
+    listing.write_text(json.dumps(bundle))
+    loaded = spacy.load(tmp_path / "saved")
+    assert _only_proxy(loaded).exported.origin is Origin.BUNDLED

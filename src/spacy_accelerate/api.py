@@ -418,7 +418,6 @@ def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
     the options of ``request`` that chose them and ``auto``'s choice
     (:mod:`spacy_accelerate.provision.bundle`); with ``bundle=False``, an earlier bundle
     goes instead."""
-    park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))  # read back to save
     served = {name: proxy.exported for name, proxy in accelerated_components(nlp).items()}
     extras = runtime_extras(exported.provider for exported in served.values() if exported.provider)
     require_library(nlp.meta, folder, extras)

@@ -5,7 +5,9 @@ after every load, each accelerated transformer's weights are parked: with the pi
 folder they were just loaded from where there is one (nothing written), else with a
 temporary file in the cache folder. ``nlp.to_disk`` reads them back before spaCy writes
 (a save into the very folder they would be read from truncates that file first), then
-parks them with the folder just written.
+parks them with the folder just written (unless ``exclude`` left the transformer out of it).
+A component saved on its own (``nlp.get_pipe(name).to_disk``) into the folder its weights
+are parked in loses them: thinc truncates the file before it asks for them.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def _source(
         saved = saved_model_file(folder, location.component, model, location.shim)
         if saved is not None:
             return saved
-    if proxy.parking is not None and isinstance(proxy.parking.source, TemporaryWeightsFile):
-        return proxy.parking.source  # still holds these weights: nothing to write again
+    parking = proxy.parking
+    if parking is not None and parking.parked and isinstance(parking.source, TemporaryWeightsFile):
+        return parking.source  # holds these weights still (nothing moved them since)
     try:
         scratch.mkdir(parents=True, exist_ok=True)
         return TemporaryWeightsFile.write(proxy.original, scratch)

@@ -35,9 +35,10 @@ from typing import Any
 
 from spacy.language import Language
 
+from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.parking import read_back_weights
+from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
 from spacy_accelerate.pipeline.shim import find_shim
@@ -81,6 +82,16 @@ def restore(nlp: Language) -> Language:
     return nlp
 
 
+def weights_folder(nlp: Language, folder: Path | None, kwargs: Mapping[str, Any]) -> Path | None:
+    """``folder`` where ``from_disk``/``to_disk`` (called with ``kwargs``) read or wrote the
+    transformers' weights there: not where ``exclude`` left a transformer out, whose file
+    there holds other weights than the pipeline's."""
+    excluded = set(kwargs.get("exclude", ()))
+    if excluded & {component.name for component in transformer_components(nlp)}:
+        return None
+    return folder
+
+
 @dataclass(frozen=True)
 class ReoptimizeAfterLoading:
     """Stands in for ``nlp.from_disk`` / ``nlp.from_bytes`` on an accelerated pipeline.
@@ -111,6 +122,7 @@ class ReoptimizeAfterLoading:
             self._settle(request)
             raise
         folder = Path(args[0]) if self.method == "from_disk" and args else None
+        folder = weights_folder(self.nlp, folder, kwargs)
         try:
             self.reapply(self.nlp, request, folder)
         except BaseException:
@@ -185,6 +197,8 @@ class SaveServed:
         read_back_weights(self.nlp)
         type(self.nlp).to_disk(self.nlp, path, *args, **kwargs)
         self.saver(self.nlp, self.request, Path(path))
+        folder = weights_folder(self.nlp, Path(path), kwargs)
+        park_served_weights(self.nlp, folder, resolve_cache_dir(self.request.cache_dir))
 
 
 def install_load_hooks(

@@ -27,7 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from spacy_accelerate.errors import (
     ProviderUnavailableError,
 )
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
+from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.provision.get_or_export import PARITY_FILE, ExportedModel, Origin
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session
@@ -194,10 +195,15 @@ class Bundle:
         """The options (of a loading pipeline) whose values differ from the saved ones,
         each as ``name=value (saved: value)``."""
         given = json.loads(json.dumps(options))  # as saved: lists, not tuples
+        # An option added since the bundle was written (``workload``) was its default then.
+        defaults = {
+            f.name: f.default for f in fields(OptimizeRequest) if f.name not in self.options
+        }
+        saved = {**json.loads(json.dumps(defaults, default=str)), **self.options}
         return [
-            f"{name}={given.get(name)!r} (saved: {self.options.get(name)!r})"
+            f"{name}={given.get(name)!r} (saved: {saved.get(name)!r})"
             for name in sorted(set(given) | set(self.options))
-            if given.get(name) != self.options.get(name)
+            if given.get(name) != saved.get(name)
         ]
 
 

@@ -156,8 +156,8 @@ class EncoderSession:
             return self.runner.run(feeds, outputs, graphs=graphs)
 
     def warm_shapes(self, window: int, batch_size: int) -> list[tuple[int, int]]:
-        """The CPU: one row and a small batch; a GPU: every bucket (with CUDA graphs, each
-        bucket's first run captures its graph)."""
+        """The CPU: one row (:func:`~spacy_accelerate.runtime.session.cpu_warm_shapes`); a
+        GPU: every bucket (with CUDA graphs, each bucket's first run captures its graph)."""
         if isinstance(self.runner, BoundRunner):
             return self.runner.plan.warm_shapes()
         longest = self.layout.buckets.longest
