@@ -157,8 +157,7 @@ def saved_model_file(
         or shim._deserialize_model is not default_deserialize_torch_model
     ):
         return None
-    node = next(i for i, layer in enumerate(model.walk()) if shim in layer.shims)
-    owner = list(model.walk())[node]
+    node, owner = next((i, layer) for i, layer in enumerate(model.walk()) if shim in layer.shims)
     path = folder / component / MODEL_FILE
     try:
         file = path.open("rb")
