@@ -41,6 +41,7 @@ from spacy_accelerate.pipeline.components import (
     find_transformer_components,
 )
 from spacy_accelerate.pipeline.judging import CalibrationSources, agreement_judge
+from spacy_accelerate.pipeline.layer_mix import install_layer_mixes
 from spacy_accelerate.pipeline.parking import park_served_weights
 from spacy_accelerate.pipeline.patch import (
     accelerated_components,
@@ -308,11 +309,13 @@ def _log_served(component: str, exported: ExportedModel) -> None:
 
 
 def _remember(nlp: Language, request: OptimizeRequest, folder: Path | None) -> None:
-    """Make the acceleration part of the pipeline: guarded against training, recorded in
-    its config for ``to_disk``, re-applied when new weights are loaded, and its PyTorch
-    weights out of memory while it is served (read back from ``folder``, the pipeline
-    folder it was loaded from, where there is one)."""
+    """Make the acceleration part of the pipeline: guarded against training, its
+    all-layer listeners mixing each document unpadded, recorded in its config for
+    ``to_disk``, re-applied when new weights are loaded, and its PyTorch weights out of
+    memory while it is served (read back from ``folder``, the pipeline folder it was loaded
+    from, where there is one)."""
     install_training_guards(nlp)
+    install_layer_mixes(nlp)
     record(nlp, request)
     install_load_hooks(nlp, request, reapply, save_served)
     park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))

@@ -38,6 +38,7 @@ from spacy.language import Language
 from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.layer_mix import remove_layer_mixes
 from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
 from spacy_accelerate.pipeline.patch import unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
@@ -77,6 +78,7 @@ def restore(nlp: Language) -> Language:
     restored pipeline needs spacy-accelerate installed to be unpickled."""
     unpatch_all(nlp)
     remove_training_guards(nlp)
+    remove_layer_mixes(nlp)
     remove_load_hooks(nlp)
     forget(nlp)
     return nlp
