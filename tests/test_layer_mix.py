@@ -21,9 +21,12 @@ from thinc.api import Model
 from thinc.types import Ragged
 
 import spacy_accelerate
+from spacy_accelerate.bench import where_time_goes
+from spacy_accelerate.bench.baselines import Accelerated
 from spacy_accelerate.pipeline.layer_mix import (
     UnpaddedLayerMix,
     install_layer_mixes,
+    listeners_own_weighting,
     remove_layer_mixes,
     weighting_layers,
 )
@@ -160,3 +163,23 @@ def test_another_number_of_layers_is_refused_as_the_listener_refuses_it(
     with pytest.raises(ValueError) as mixed:
         layer.predict(extra)
     assert str(mixed.value) == str(original.value)
+
+
+def test_stage_times_show_the_heads_with_the_padded_weighting_beside(
+    sample_path: Callable[[str], Path], ewt_texts: list[str], cache_dir: Path
+) -> None:
+    nlp = spacy.load(sample_path("roberta-scalar"))
+    variant = Accelerated({"provider": "cpu", "precision": "fp32", "cache_dir": cache_dir})
+    stages = where_time_goes.measure(nlp, ewt_texts[:16], "fp32", variant, batch_size=8)
+    padded = where_time_goes.PADDED_LISTENERS.format("fp32")
+    assert set(stages.found) == {"pytorch fp32", "fp32", padded}
+    assert {"tagger", "parser", "ner"} <= set(stages.found[padded].as_dict())
+    # Measured with the listeners' own weighting, then served unpadded again.
+    variant.apply(nlp)
+    with listeners_own_weighting(nlp) as compared:
+        assert compared
+        assert not any(isinstance(layer._func, UnpaddedLayerMix) for layer in weighting_layers(nlp))
+    assert all(isinstance(layer._func, UnpaddedLayerMix) for layer in weighting_layers(nlp))
+    spacy_accelerate.restore(nlp)
+    with listeners_own_weighting(nlp) as compared:
+        assert not compared

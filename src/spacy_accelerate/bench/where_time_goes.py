@@ -19,6 +19,7 @@ from spacy.language import Language
 from spacy_accelerate.api import accelerated_components
 from spacy_accelerate.bench.baselines import PyTorch, Variant
 from spacy_accelerate.cpu_budget import OverlapCost, available_cpus
+from spacy_accelerate.pipeline.layer_mix import listeners_own_weighting
 from spacy_accelerate.pipeline.stage_times import Breakdown, breakdown
 from spacy_accelerate.pipeline.thread_split import cost_of
 
@@ -130,12 +131,22 @@ class WhereTimeGoes:
         }
 
 
+#: The column of an accelerated variant whose all-layer listeners weight a padded batch, as
+#: spacy-curated-transformers does (:mod:`~spacy_accelerate.pipeline.layer_mix`).
+PADDED_LISTENERS = "{}, padded listeners"
+
+
 def measure(
     nlp: Language, texts: Sequence[str], name: str, accelerated: Variant, batch_size: int = 64
 ) -> WhereTimeGoes:
     """PyTorch fp32 and ``accelerated`` (named ``name``) stage by stage, leaving ``nlp``
-    on PyTorch."""
+    on PyTorch. Where its all-layer listeners mix each document unpadded, the same variant
+    with their own padded weighting too: what the mix saves in each head."""
     found = breakdowns(nlp, texts, {"pytorch fp32": PyTorch(), name: accelerated}, batch_size)
+    with listeners_own_weighting(nlp) as compared:
+        if compared:
+            breakdown(nlp, texts, batch_size)
+            found[PADDED_LISTENERS.format(name)] = breakdown(nlp, texts, batch_size)
     threads = min(m.session.config.intra_op_threads for m in accelerated_components(nlp).values())
     PyTorch().apply(nlp)
     return WhereTimeGoes(found, CoreAdvice.of(found[name], threads))

@@ -20,6 +20,7 @@ new. spacy-transformers' listeners have no layer weighting.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import singledispatch
 from typing import Any
@@ -129,3 +130,22 @@ def remove_layer_mixes(nlp: Language) -> None:
     for layer in weighting_layers(nlp):
         if isinstance(layer._func, UnpaddedLayerMix):
             layer._func = layer._func.inner
+
+
+@contextmanager
+def listeners_own_weighting(nlp: Language) -> Iterator[bool]:
+    """Run the listeners' own (padded) weighting meanwhile, as before ``optimize()``: what
+    the stage times compare the unpadded mix with. Yields whether any listener mixes
+    unpadded now (whether there is anything to compare)."""
+    mixed = [
+        (layer, layer._func)
+        for layer in weighting_layers(nlp)
+        if isinstance(layer._func, UnpaddedLayerMix)
+    ]
+    for layer, mix in mixed:
+        layer._func = mix.inner
+    try:
+        yield bool(mixed)
+    finally:
+        for layer, mix in mixed:
+            layer._func = mix
