@@ -10,6 +10,7 @@ from typing import Any
 
 from run import machine
 from spacy_accelerate_samples import ewt
+from spacy_accelerate_samples.trained import BENCHMARK_PIPELINES
 
 from spacy_accelerate.bench.side_by_side import write_report
 
@@ -17,7 +18,7 @@ from spacy_accelerate.bench.side_by_side import write_report
 def parser(description: str, sentences: int) -> argparse.ArgumentParser:
     """The options every such benchmark takes; add its own."""
     made = argparse.ArgumentParser(description=description)
-    made.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
+    made.add_argument("--pipelines", nargs="+", default=list(BENCHMARK_PIPELINES))
     made.add_argument("--provider", default="auto")
     made.add_argument("--precision", default="auto")
     made.add_argument("--repeats", type=int, default=3)

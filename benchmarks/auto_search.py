@@ -28,7 +28,10 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate_samples.trained import (  # noqa: E402
+    REFERENCES,
+    load_benchmark_pipeline,
+)
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
@@ -80,7 +83,7 @@ def stored_choice(cache: Path) -> dict[str, Any] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt"])
+    parser.add_argument("--pipelines", nargs="+", default=list(REFERENCES))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--no-bf16", action="store_true", help="as on a CPU without bf16 units")
     parser.add_argument("--output", type=Path)

@@ -41,7 +41,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from run import machine  # noqa: E402
 from spacy_accelerate_samples import ewt  # noqa: E402
-from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate_samples.trained import REFERENCES, load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
@@ -305,7 +305,7 @@ def run_fleet(args: argparse.Namespace) -> dict[str, Any]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("load", "fleet"))
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt"])
+    parser.add_argument("--pipelines", nargs="+", default=list(REFERENCES))
     parser.add_argument("--plans", nargs="+", choices=list(PLANS), default=None)
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--work", type=Path, default=None, help="where folders are saved")

@@ -28,7 +28,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import onnx  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
-from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate_samples.trained import (  # noqa: E402
+    BENCHMARK_PIPELINES,
+    load_benchmark_pipeline,
+)
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.backends.onnxruntime import quantize  # noqa: E402
@@ -96,7 +99,7 @@ def compare(name: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
+    parser.add_argument("--pipelines", nargs="+", default=list(BENCHMARK_PIPELINES))
     parser.add_argument("--output", help="where to write the results (JSON)")
     args = parser.parse_args()
     results = {name: compare(name) for name in args.pipelines}

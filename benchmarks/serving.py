@@ -40,7 +40,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from bundle import PLANS  # noqa: E402
 from run import machine, machine_slug  # noqa: E402
 from spacy_accelerate_samples import ewt  # noqa: E402
-from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
+from spacy_accelerate_samples.trained import (  # noqa: E402
+    BENCHMARK_PIPELINES,
+    load_benchmark_pipeline,
+)
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.cache.root import CACHE_ENV_VAR  # noqa: E402
@@ -189,7 +192,7 @@ def _percentiles(seconds: dict[str, list[float]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pipelines", nargs="+", default=["minilm-ewt", "trf-base"])
+    parser.add_argument("--pipelines", nargs="+", default=list(BENCHMARK_PIPELINES))
     parser.add_argument("--plans", nargs="+", default=["cpu fp32", "openvino fp32"])
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "serving")
     parser.add_argument("--processes", type=int, default=3)

@@ -22,13 +22,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import spacy  # noqa: E402
 from spacy_accelerate_samples import ewt  # noqa: E402
-from spacy_accelerate_samples.pipelines import SAMPLE_NAMES, ensure_sample  # noqa: E402
+from spacy_accelerate_samples.pipelines import SAMPLE_NAMES  # noqa: E402
 from spacy_accelerate_samples.trained import (  # noqa: E402
+    REFERENCES,
     TRAINED_SAMPLE_NAME,
-    ensure_trained_sample,
     evaluate_on_ewt_test,
+    load_benchmark_pipeline,
 )
 
 import spacy_accelerate  # noqa: E402
@@ -36,16 +36,10 @@ from spacy_accelerate.bench.side_by_side import side_by_side, write_report  # no
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 
 
-def _load(name: str) -> spacy.language.Language:
-    if name == TRAINED_SAMPLE_NAME:
-        return spacy.load(ensure_trained_sample())
-    return spacy.load(ensure_sample(name))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--sample", choices=[*SAMPLE_NAMES, TRAINED_SAMPLE_NAME], default=TRAINED_SAMPLE_NAME
+        "--sample", choices=[*SAMPLE_NAMES, *REFERENCES], default=TRAINED_SAMPLE_NAME
     )
     parser.add_argument("--precision", nargs="+", default=["fp32"])
     parser.add_argument("--sentences", type=int, default=500)
@@ -55,7 +49,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
-    nlp = _load(args.sample)
+    nlp = load_benchmark_pipeline(args.sample)
     docs = ewt.load_documents("test", max_sentences=8, limit_sentences=args.sentences)
     texts = [doc.text for doc in docs]
     variants = {p: {"provider": "cpu", "precision": p} for p in args.precision}

@@ -1,11 +1,13 @@
-"""Train the heads of the "minilm-ewt" sample again, or score a built one on UD-EWT test.
+"""Train the heads of a reference sample again, or score a built one on UD-EWT test.
 
     python benchmarks/train_minilm_heads.py --train          # rewrites the committed heads
     python benchmarks/train_minilm_heads.py --output benchmarks/results/minilm-ewt.json
+    python benchmarks/train_minilm_heads.py --reference minilm-ewt-trf --train
 
 ``--train`` trains tagger, parser and NER over the frozen all-MiniLM-L6-v2 encoder (tags and
 trees of UD-EWT train, entities of UNER dev; about ten minutes on two cores) and writes them
-to ``samples/spacy_accelerate_samples/minilm_ewt_heads/`` with the record of the run, see
+to the reference's heads folder (``samples/spacy_accelerate_samples/minilm_ewt_heads/``
+for ``minilm-ewt``) with the record of the run, see
 :mod:`spacy_accelerate_samples.trained`. Without it, the sample is built from the committed
 heads (seconds) and scored: tag accuracy, UAS/LAS and NER P/R/F on test, the build time, and
 whether the encoder weights are identical to the untrained "minilm" sample's (they must be:
@@ -30,8 +32,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import spacy  # noqa: E402
 from spacy_accelerate_samples.pipelines import ensure_sample  # noqa: E402
 from spacy_accelerate_samples.trained import (  # noqa: E402
-    DEFAULT_TRAINING,
-    HEADS_DIR,
+    REFERENCES,
+    TRAINED_SAMPLE_NAME,
     encoder_state_digest,
     ensure_trained_sample,
     evaluate_on_ewt_test,
@@ -48,18 +50,21 @@ def _log(message: str) -> None:
 
 
 def _train(args: argparse.Namespace) -> dict[str, object]:
-    settings = DEFAULT_TRAINING
+    reference = REFERENCES[args.reference]
+    settings = reference.training
     if args.epochs is not None:
         settings = replace(settings, epochs=args.epochs)
     if args.train_sentences is not None:
         settings = replace(settings, train_sentences=args.train_sentences)
-    record = train_heads_artifact(args.heads, settings, log=_log)
-    return {"trained": str(args.heads), **record}
+    target = args.heads or reference.heads_dir
+    record = train_heads_artifact(reference, settings, target, log=_log)
+    return {"trained": str(target), **record}
 
 
 def _score(args: argparse.Namespace) -> dict[str, object]:
     started = time.perf_counter()
-    folder = args.pipeline or ensure_trained_sample(args.cache_root, args.heads)
+    heads = args.heads or REFERENCES[args.reference].heads_dir
+    folder = args.pipeline or ensure_trained_sample(args.cache_root, heads)
     built = time.perf_counter() - started
     _log(f"pipeline at {folder} (ready after {built:.1f}s)")
     nlp = spacy.load(folder)
@@ -82,7 +87,8 @@ def _score(args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", action="store_true", help="train the heads and write them")
-    parser.add_argument("--heads", type=Path, default=HEADS_DIR, help="the heads folder")
+    parser.add_argument("--reference", choices=sorted(REFERENCES), default=TRAINED_SAMPLE_NAME)
+    parser.add_argument("--heads", type=Path, help="the heads folder (default: the reference's)")
     parser.add_argument("--epochs", type=int, help="--train: epochs (default: the recipe's)")
     parser.add_argument("--train-sentences", type=int, help="--train: first N of EWT train")
     parser.add_argument("--pipeline", type=Path, help="score this pipeline folder instead")
