@@ -67,25 +67,19 @@ class MixingWeights:
             scale = module.scale.detach().float().cpu().numpy()
         return cls(tuple(weights), numpy.float32(scale[0]))
 
-    def mix(self, X: LayerOutputs, xp: Any) -> list[Ragged]:
-        """Each document's layers weighted and summed, then scaled (the module's order).
+    def mix(self, layers: list[Ragged]) -> Ragged:
+        """One document's layers weighted and summed, then scaled (the module's order).
 
-        The documents of a batch are mixed in one go, each layer's rows of every document
-        one after another: a handful of array operations a batch instead of a dozen a
-        document, and no row of one document meets another's.
+        Document by document: mixing a whole batch at once (each layer's rows of every
+        document concatenated) took three times as long on minilm-ewt, its arrays too large
+        for the allocator to reuse (docs/performance.md, issue 55).
         """
-        firsts = [layers[0] for layers in X]
-        layer_rows = [
-            xp.concatenate([layers[index].dataXd for layers in X])
-            for index in range(len(self.probabilities))
-        ]
-        mixed = layer_rows[0] * self.probabilities[0]
-        for rows, probability in zip(layer_rows[1:], self.probabilities[1:], strict=True):
-            mixed += rows * probability
+        arrays: list[Any] = [layer.dataXd for layer in layers]
+        mixed = arrays[0] * self.probabilities[0]
+        for array, probability in zip(arrays[1:], self.probabilities[1:], strict=True):
+            mixed += array * probability
         mixed *= self.scale
-        ends = numpy.cumsum([first.dataXd.shape[0] for first in firsts])
-        documents = xp.split(mixed, ends[:-1])
-        return [Ragged(doc, first.lengths) for doc, first in zip(documents, firsts, strict=True)]
+        return Ragged(mixed, layers[0].lengths)
 
 
 @dataclass(frozen=True)
@@ -105,7 +99,7 @@ class UnpaddedLayerMix:
         weights = MixingWeights.of(module)
         if any(len(layers) != len(weights.probabilities) for layers in X):
             return self.inner(model, X, is_train)  # type: ignore[no-any-return]
-        return weights.mix(X, model.ops.xp), _no_gradient
+        return [weights.mix(layers) for layers in X], _no_gradient
 
 
 @singledispatch
