@@ -118,9 +118,8 @@ class Reference:
     @property
     def design(self) -> str:
         """The heads' design in a few words, for reports."""
-        listener = (
-            "all layers, scalar weights" if self.training.all_layer_listeners else ("last layer")
-        )
+        all_layers = self.training.all_layer_listeners
+        listener = "all layers, scalar weights" if all_layers else "last layer"
         widths = {self.training.parser_hidden_width, self.training.ner_hidden_width}
         return f"{listener}; parser/NER hidden width {'/'.join(map(str, sorted(widths)))}"
 
@@ -131,8 +130,8 @@ MINILM_EWT_TRF = Reference(
     "minilm-ewt-trf",
     _HERE / "minilm_ewt_trf_heads",
     # Without a scale to learn (as the scalar weighting has), the last layer's features train
-    # slowly at 0.001: 0.005 chosen on EWT dev (6 epochs, 4000 sentences: LAS 0.40, 0.53 and
-    # 0.46 at 0.001, 0.005 and 0.02).
+    # slowly at 0.001: 0.005 chosen on EWT dev among 0.001, 0.005 and 0.02 (benchmarks/results/
+    # train-minilm-ewt-trf-lr-sweep-xeon-2cpu-2026-12-07.json).
     HeadTraining(
         learn_rate=0.005, parser_hidden_width=64, ner_hidden_width=64, all_layer_listeners=False
     ),
