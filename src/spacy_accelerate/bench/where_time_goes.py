@@ -41,7 +41,8 @@ def table(found: Mapping[str, Breakdown]) -> list[str]:
     variant's time in brackets."""
     names = list(found)
     stages = list(dict.fromkeys(stage.name for b in found.values() for stage in b.stages))
-    lines = [f"  {'us per word':28s}" + "".join(f"{name:>26s}" for name in names)]
+    width = max(26, *(len(name) + 2 for name in names))
+    lines = [f"  {'us per word':28s}" + "".join(f"{name:>{width}s}" for name in names)]
     for stage in [*stages, "total"]:
         cells = []
         for name in names:
@@ -52,8 +53,8 @@ def table(found: Mapping[str, Breakdown]) -> list[str]:
                 row = rows[stage]
                 cells.append(f"{row['us_per_word']:>17.1f} ({row['share']:>5.0%})")
             else:
-                cells.append(f"{'':>26s}")
-        lines.append(f"  {stage:28s}" + "".join(f"{cell:>26s}" for cell in cells))
+                cells.append("")
+        lines.append(f"  {stage:28s}" + "".join(f"{cell:>{width}s}" for cell in cells))
     return lines
 
 
