@@ -116,7 +116,13 @@ def texts_file(tmp_path: Path, ewt_texts: list[str]) -> Path:
 
 @pytest.fixture(scope="session")
 def trained_minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One model cache for the trained MiniLM's int8 plan, shared by the demo's test and
-    the int8 acceptance test: the same request, so the second is a cache hit instead of a
-    second search of the plan (about 90 s)."""
+    """One model cache for the trained MiniLM's plans, shared by the demo's test, the int8
+    acceptance test and the worker test: the plans one of them searched are cache hits for
+    the others instead of a second search (about 90 s). Under pytest-xdist the folder is
+    shared by the workers too (their session folders are siblings), as the cache is made
+    to be: concurrent builders of one entry wait on its lock and read the one built."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "trained-minilm-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("trained-minilm-cache")

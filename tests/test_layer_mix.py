@@ -112,11 +112,14 @@ def test_optimize_mixes_unpadded_with_the_same_annotations_and_restore_undoes_it
     remove_layer_mixes(nlp)  # the same runtime, the listeners' own padded weighting
     padded = [annotations(doc) for doc in run(nlp, ewt_texts[:60], 16)]
     assert mixed == padded
+    nlp.to_disk(tmp_path / "unmixed")
     install_layer_mixes(nlp)
     nlp.to_disk(tmp_path / "after")
     for head in ("tagger", "parser", "ner"):
         saved = (tmp_path / "after" / head / "model").read_bytes()
         assert saved == (tmp_path / "before" / head / "model").read_bytes()
+    config = (tmp_path / "after" / "config.cfg").read_text()
+    assert config == (tmp_path / "unmixed" / "config.cfg").read_text()
     spacy_accelerate.restore(nlp)
     assert {id(layer): layer._func for layer in weighting_layers(nlp)} == originals
 
