@@ -130,11 +130,19 @@ def install_layer_mixes(nlp: Language) -> None:
             layer._func = UnpaddedLayerMix(layer._func)
 
 
+def _mixing(nlp: Language) -> list[tuple[Model, UnpaddedLayerMix]]:
+    """The weighting layers that mix unpadded now, each with its mix."""
+    return [
+        (layer, layer._func)
+        for layer in weighting_layers(nlp)
+        if isinstance(layer._func, UnpaddedLayerMix)
+    ]
+
+
 def remove_layer_mixes(nlp: Language) -> None:
     """Put the listeners' own forward back (a no-op where there is nothing to undo)."""
-    for layer in weighting_layers(nlp):
-        if isinstance(layer._func, UnpaddedLayerMix):
-            layer._func = layer._func.inner
+    for layer, mix in _mixing(nlp):
+        layer._func = mix.inner
 
 
 @contextmanager
@@ -142,13 +150,8 @@ def listeners_own_weighting(nlp: Language) -> Iterator[bool]:
     """Run the listeners' own (padded) weighting meanwhile, as before ``optimize()``: what
     the stage times compare the unpadded mix with. Yields whether any listener mixes
     unpadded now (whether there is anything to compare)."""
-    mixed = [
-        (layer, layer._func)
-        for layer in weighting_layers(nlp)
-        if isinstance(layer._func, UnpaddedLayerMix)
-    ]
-    for layer, mix in mixed:
-        layer._func = mix.inner
+    mixed = _mixing(nlp)
+    remove_layer_mixes(nlp)
     try:
         yield bool(mixed)
     finally:
