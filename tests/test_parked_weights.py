@@ -3,12 +3,15 @@
 After ``optimize()`` and after a bundled ``spacy.load``, the PyTorch module's parameters
 hold no storage (they are on the ``meta`` device), and ``restore()`` reads them back from
 the pipeline folder or the temporary file so that PyTorch's outputs are bit-identical.
+Pickling leaves them parked, an unpickled copy parks them too, and a source whose contents
+changed since they were parked (whatever its size and modification time say) is refused.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -132,6 +135,62 @@ def test_copies_and_pickles_of_a_parked_pipeline_restore_pytorchs_outputs(
     for nlp in (copied, unpickled, roberta):
         spacy_accelerate.restore(nlp)
         _assert_identical(_pytorch_outputs(nlp, texts), expected)
+
+
+def test_pickling_leaves_the_original_parked(roberta: Language, cache_dir: Path):
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    pickle.dumps(roberta)
+    _assert_parked(roberta)  # read for the pickle, parked again after it
+
+
+def test_an_unpickled_copy_is_parked_and_restores_pytorchs_outputs(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    unpickled = pickle.loads(pickle.dumps(roberta))
+    _assert_parked(unpickled)
+    assert isinstance(_only_proxy(unpickled).parking.source, TemporaryWeightsFile)
+    spacy_accelerate.restore(unpickled)
+    _assert_identical(_pytorch_outputs(unpickled, texts), expected)
+
+
+def test_an_unpickled_copy_of_a_loaded_pipeline_parks_with_the_same_folder(
+    roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
+):
+    expected = _pytorch_outputs(roberta, texts)
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
+    unpickled = pickle.loads(pickle.dumps(loaded))
+    _assert_parked(loaded)
+    _assert_parked(unpickled)
+    source = _only_proxy(unpickled).parking.source
+    assert isinstance(source, SavedModelFile)
+    assert source.path == _only_proxy(loaded).parking.source.path  # nothing written
+    spacy_accelerate.restore(unpickled)
+    _assert_identical(_pytorch_outputs(unpickled, texts), expected)
+
+
+def test_a_model_file_changed_with_its_size_and_time_kept_is_refused(
+    roberta: Language, cache_dir: Path, tmp_path: Path
+):
+    embeddings = next(t for t in _stored_tensors(_pytorch(roberta)) if t.numel() >= 1024)
+    values = embeddings.detach().reshape(-1)[:1024].numpy()
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
+    model_file = _only_proxy(loaded).parking.source.path
+    status = model_file.stat()
+    data = model_file.read_bytes()
+    assert data.count(values.tobytes()) == 1
+    changed = data.replace(values.tobytes(), (values + 1.0).tobytes())
+    with model_file.open("r+b") as file:  # in place: the same inode, size and bytes elsewhere
+        file.write(changed)
+    os.utime(model_file, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert (model_file.stat().st_size, model_file.stat().st_mtime_ns) == (
+        status.st_size,
+        status.st_mtime_ns,
+    )
+    with pytest.raises(WeightsUnavailableError, match="no longer holds"):
+        spacy_accelerate.restore(loaded)
+    _assert_parked(loaded)  # nothing of what was read was loaded
 
 
 def test_saving_reads_the_weights_once_and_parks_them_again(

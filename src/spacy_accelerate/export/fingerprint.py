@@ -38,12 +38,19 @@ def package_versions() -> dict[str, str | None]:
 
 def weights_digest(module: torch.nn.Module) -> str:
     """SHA256 over every tensor of ``module``'s state, in name order."""
+    return state_digest(module.state_dict())
+
+
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA256 over every tensor of a module's ``state`` (names, dtypes, shapes and bytes),
+    in name order: :func:`weights_digest`, for a state read back without its module
+    (:mod:`spacy_accelerate.pipeline.parked_weights`). About 1.5 GB/s on one core."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         data = tensor.detach().to("cpu").contiguous()
         header = json.dumps([name, str(data.dtype), list(data.shape)])
         digest.update(header.encode())
-        digest.update(data.reshape(-1).view(torch.uint8).numpy())
+        digest.update(data.reshape(-1).view(torch.uint8).numpy().data)
     return digest.hexdigest()
 
 

@@ -11,28 +11,43 @@ them:
 
 - :class:`SavedModelFile`: the component's ``model`` file in the folder the pipeline was
   just loaded from (what ``spacy.load`` read the weights from). It is held open, so a
-  deleted or renamed folder stays readable; a file rewritten in place since (checked by
-  its size and modification time) is refused with a :class:`WeightsUnavailableError`
-  rather than read. Only thinc's own PyTorch format (a plain ``PyTorchShim``) is read this
-  way: a shim with its own serialiser (spacy-transformers') uses the next source.
+  deleted or renamed folder stays readable. Only thinc's own PyTorch format (a plain
+  ``PyTorchShim``) is read this way: a shim with its own serialiser (spacy-transformers')
+  uses the next source.
 - :class:`TemporaryWeightsFile`: the state written once to an unnamed temporary file in the
   cache folder (about a second for trf-base), which the system removes when the process
-  ends. A pipeline accelerated in this process has no other copy of its weights.
+  ends. A pipeline accelerated in this process has no other copy of its weights, and
+  neither has an unpickled one whose original's file is not on its machine: the pickle
+  carries the state's bytes, which the copy writes to such a file without loading them
+  (:func:`park_unpickled`); a copy on the same machine reopens the original's
+  :class:`SavedModelFile` instead, where it had one.
 
-Where neither can be made (a read-only cache), the weights stay in memory, said in one INFO
-line. Reading back is ``load_state_dict(assign=True)`` of the same tensors, so
-``restore()`` gives PyTorch's bit-identical outputs (``tests/test_parked_weights.py``).
+What is read back is checked, not trusted: parking records the SHA256 of the state it lets
+go (:func:`~spacy_accelerate.export.fingerprint.state_digest`, about 60 ms for a 90 MB
+model and 0.25 s for trf-base's 341 MiB, on one core), and a state read back with another
+digest (a file rewritten in place, whatever its size and modification time say) is refused
+with a :class:`WeightsUnavailableError`, the module left parked. A model file whose size,
+inode or modification time changed is refused before it is read.
+
+Reading for a save or a pickle is brief (:meth:`ParkedWeights.briefly_resident`): the
+weights are parked again as soon as they are written, so ``nlp.to_disk`` and
+``pickle.dumps(nlp)`` leave one copy resident, the runtime's. Where no source can be made (a
+read-only cache), the weights stay in memory, said in one INFO line. Reading back is
+``load_state_dict(assign=True)`` of the same tensors, so ``restore()`` gives PyTorch's
+bit-identical outputs (``tests/test_parked_weights.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import io
+import logging
 import os
+import pickle
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +60,32 @@ from thinc.shims import PyTorchShim
 from thinc.shims.pytorch import default_deserialize_torch_model
 
 from spacy_accelerate.errors import WeightsUnavailableError
+from spacy_accelerate.export.fingerprint import state_digest
+
+logger = logging.getLogger("spacy_accelerate")
 
 #: Where spaCy saves a trainable component's thinc model, under the component's folder.
 MODEL_FILE = "model"
 META = torch.device("meta")
 
+#: What to do about weights that cannot be read back.
+RELOAD_ADVICE = (
+    "Load the pipeline again (with config={'nlp': {'after_pipeline_creation': "
+    "{'enabled': False}}} to keep it on PyTorch), and save accelerated "
+    "pipelines with nlp.to_disk, which reads the weights back first."
+)
+
+#: What a model file that is not thinc's PyTorch format (any more) raises when parsed.
+_UNREADABLE = (ValueError, KeyError, IndexError, TypeError, RuntimeError, pickle.UnpicklingError)
+
 
 class WeightsSource(Protocol):
     """Where a parked module's weights are read back from."""
+
+    @property
+    def where(self) -> str:
+        """The source, as a message names it."""
+        ...
 
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
         """The module's state, on ``device``."""
@@ -78,6 +111,15 @@ def _read_all(file: IO[bytes]) -> bytes:
     return b"".join(chunks)
 
 
+def changed_since_parked(where: str) -> WeightsUnavailableError:
+    """The error for a source that no longer holds the weights parked with it."""
+    return WeightsUnavailableError(
+        f"The PyTorch weights of this accelerated transformer were to be read back from "
+        f"{where}, which no longer holds the weights parked there: what was read differs "
+        f"from them (it was changed after they were parked). {RELOAD_ADVICE}"
+    )
+
+
 @dataclass
 class SavedModelFile:
     """The component's thinc ``model`` file in a pipeline folder (see the module's
@@ -92,23 +134,58 @@ class SavedModelFile:
     def __post_init__(self) -> None:
         self.identity = _identity(self.file)
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """The shim's state from the file; refused where the file visibly changed (its
+        size, inode or modification time), before it is parsed. A change that kept those
+        is caught by the digest :class:`ParkedWeights` checks."""
         if _identity(self.file) != self.identity:
             raise WeightsUnavailableError(
                 f"The PyTorch weights of this accelerated transformer were to be read back "
                 f"from {self.path}, which has been rewritten since the pipeline was loaded. "
-                "Load the pipeline again (with config={'nlp': {'after_pipeline_creation': "
-                "{'enabled': False}}} to keep it on PyTorch), and save accelerated "
-                "pipelines with nlp.to_disk, which reads the weights back first."
+                f"{RELOAD_ADVICE}"
             )
-        saved = srsly.msgpack_loads(_read_all(self.file))
-        shim_message = srsly.msgpack_loads(saved["shims"][self.node][self.shim])
-        return _load_state(shim_message["state"], device)
+        try:
+            saved = srsly.msgpack_loads(_read_all(self.file))
+            shim_message = srsly.msgpack_loads(saved["shims"][self.node][self.shim])
+            return _load_state(shim_message["state"], device)
+        except _UNREADABLE as error:
+            raise changed_since_parked(self.where) from error
+
+    def record(self) -> SavedFileRecord:
+        """Where this file is, for a pickle (:meth:`SavedFileRecord.reopen`)."""
+        return SavedFileRecord(self.path, self.node, self.shim, self.identity)
 
 
 def _identity(file: IO[bytes]) -> tuple[int, int, int]:
     status = os.fstat(file.fileno())
     return status.st_ino, status.st_size, status.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class SavedFileRecord:
+    """A :class:`SavedModelFile` as a pickle carries it: its path, place and identity."""
+
+    path: Path
+    node: int
+    shim: int
+    identity: tuple[int, int, int]
+
+    def reopen(self) -> SavedModelFile | None:
+        """The same file, opened again where it is the very one recorded (same inode, size
+        and modification time: an unpickled copy on the same machine); else None."""
+        try:
+            file = self.path.open("rb")
+        except OSError:
+            return None
+        source = SavedModelFile(file, node=self.node, shim=self.shim, path=self.path)
+        if source.identity != self.identity:
+            file.close()
+            return None
+        return source
 
 
 @dataclass
@@ -119,17 +196,34 @@ class TemporaryWeightsFile:
 
     @classmethod
     def write(cls, module: torch.nn.Module, folder: Path) -> TemporaryWeightsFile:
+        """``module``'s state, written to a new file in ``folder``."""
+        return cls._written(folder, lambda file: torch.save(module.state_dict(), file))
+
+    @classmethod
+    def holding(cls, data: bytes, folder: Path) -> TemporaryWeightsFile:
+        """A state already serialised by ``torch.save`` (a pickle's), written as it is."""
+        return cls._written(folder, lambda file: file.write(data))
+
+    @classmethod
+    def _written(cls, folder: Path, write: Callable[[IO[bytes]], object]) -> TemporaryWeightsFile:
         file = tempfile.TemporaryFile(dir=folder)
         try:
-            torch.save(module.state_dict(), file)
+            write(file)
             file.flush()
         except BaseException:
             file.close()
             raise
         return cls(file)
 
+    @property
+    def where(self) -> str:
+        return "its temporary file in the cache folder"
+
     def read(self, device: torch.device) -> dict[str, torch.Tensor]:
-        return _load_state(_read_all(self.file), device)
+        try:
+            return _load_state(_read_all(self.file), device)
+        except _UNREADABLE as error:
+            raise changed_since_parked(self.where) from error
 
 
 def return_freed_memory() -> None:
@@ -166,22 +260,41 @@ def saved_model_file(
     return SavedModelFile(file, node=node, shim=owner.shims.index(shim), path=path)
 
 
+@dataclass(frozen=True)
+class PickledWeights:
+    """A parked module's state as a pickle carries it: ``torch.save``'s bytes, the device
+    it was parked from, the digest recorded when it was parked, and the pipeline folder's
+    file it was parked with, if any (:func:`park_unpickled`)."""
+
+    data: bytes
+    device: torch.device
+    digest: str
+    saved: SavedFileRecord | None = None
+
+
 class ParkedWeights:
     """One module's parameters and persistent buffers, parked on the ``meta`` device
-    while ``source`` can give them back (see the module's docstring). Thread-safe: a
-    proxy's copies share it."""
+    while ``source`` can give them back, checked against the digest recorded when they
+    were parked (see the module's docstring). Thread-safe: a proxy's copies share it."""
 
     def __init__(self, module: torch.nn.Module, source: WeightsSource) -> None:
         self.module = module
         self.source = source
         self._lock = threading.RLock()
         self._device: torch.device | None = None
+        #: SHA256 of the state parked (:func:`state_digest`); what ``source`` must give back.
+        self._digest: str | None = None
 
     @property
     def parked(self) -> bool:
         return self._device is not None
 
     def park(self) -> None:
+        """Let the module's state go from memory, its digest recorded now."""
+        self._park(None)
+
+    def _park(self, digest: str | None) -> None:
+        """Park with ``digest`` (None: computed here), the state's where it is known."""
         with self._lock:
             if self._device is not None:
                 return
@@ -189,32 +302,94 @@ class ParkedWeights:
             devices = {tensor.device for tensor in state.values()}
             if len(devices) != 1 or META in devices:
                 return  # nothing to park, or spread over devices: left as it is
+            self._digest = state_digest(state) if digest is None else digest
             self._device = devices.pop()
             empty = {name: torch.empty_like(tensor, device=META) for name, tensor in state.items()}
             self.module.load_state_dict(empty, assign=True)
 
     def resident(self) -> torch.nn.Module:
-        """The module with its weights, read back (and kept) where they were parked."""
+        """The module with its weights, read back (and kept) where they were parked; a
+        state that is not the one parked is refused, the module left parked."""
         with self._lock:
             if self._device is not None:
-                self.module.load_state_dict(self.source.read(self._device), assign=True)
+                state = self.source.read(self._device)
+                if state_digest(state) != self._digest:
+                    raise changed_since_parked(self.source.where)
+                self.module.load_state_dict(state, assign=True)
                 self._device = None
             return self.module
 
     @contextmanager
     def briefly_resident(self) -> Iterator[torch.nn.Module]:
-        """The module with its weights for the ``with`` block, parked again after it (a save
-        reads the state once)."""
+        """The module with its weights for the ``with`` block, which only reads them, parked
+        again after it with the digest they were checked against (a save or a pickle reads
+        the state once and leaves one copy resident)."""
         with self._lock:
-            was_parked = self.parked
+            was_parked, digest = self.parked, self._digest
             try:
                 yield self.resident()
             finally:
                 if was_parked:
-                    self.park()
+                    self._park(digest)
+                    return_freed_memory()
+
+    def pickled(self) -> PickledWeights | None:
+        """The parked state, read back briefly and serialised for a pickle; None where the
+        module holds its weights (they are pickled with it)."""
+        with self._lock:
+            if self._device is None or self._digest is None:
+                return None
+            device, digest, buffer = self._device, self._digest, io.BytesIO()
+            with self.briefly_resident() as module:
+                torch.save(module.state_dict(), buffer)
+            saved = self.source.record() if isinstance(self.source, SavedModelFile) else None
+            return PickledWeights(buffer.getvalue(), device, digest, saved)
+
+    @classmethod
+    def parked_with(
+        cls,
+        module: torch.nn.Module,
+        source: WeightsSource,
+        device: torch.device | None,
+        digest: str | None,
+    ) -> ParkedWeights:
+        """``module``, whose state is already parked from ``device`` (None: it holds its
+        weights) with ``source`` holding the state of SHA256 ``digest``."""
+        made = cls(module, source)
+        made._device, made._digest = device, digest
+        return made
 
     def copy_for(self, module: torch.nn.Module) -> ParkedWeights:
         """The same source for a copy of the module (``copy.deepcopy`` of the proxy)."""
-        copied = ParkedWeights(module, self.source)
-        copied._device = self._device
-        return copied
+        with self._lock:
+            return ParkedWeights.parked_with(module, self.source, self._device, self._digest)
+
+
+def park_unpickled(
+    module: torch.nn.Module, pickled: PickledWeights, scratch: Path
+) -> ParkedWeights | None:
+    """An unpickled copy's weights, ``module`` (its structure) parked with: the pipeline
+    folder's file the original's were parked with, where it is the very one (a copy on
+    the same machine: nothing written); else the pickle's state written as it is to a
+    temporary file in ``scratch`` (the cache folder), never loaded. Where no file can be
+    written there, the state is loaded into ``module`` and kept in memory (None returned),
+    as :mod:`.parking` does for a pipeline."""
+    source = pickled.saved.reopen() if pickled.saved is not None else None
+    if source is not None:
+        return ParkedWeights.parked_with(module, source, pickled.device, pickled.digest)
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        written = TemporaryWeightsFile.holding(pickled.data, scratch)
+    except OSError as error:
+        logger.info(
+            "spacy-accelerate: an unpickled transformer keeps its PyTorch weights in memory "
+            "beside the accelerated model: no temporary file could be written in %s (%s).",
+            scratch,
+            error,
+        )
+        state = _load_state(pickled.data, pickled.device)
+        if state_digest(state) != pickled.digest:
+            raise changed_since_parked("the pickle it was unpickled from") from None
+        module.load_state_dict(state, assign=True)
+        return None
+    return ParkedWeights.parked_with(module, written, pickled.device, pickled.digest)

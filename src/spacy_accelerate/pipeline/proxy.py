@@ -32,6 +32,7 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
+from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.cpu_budget import BUDGET, on_fork_in_child, worker_torch_threads
 from spacy_accelerate.errors import (
     Advice,
@@ -42,7 +43,13 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
 from spacy_accelerate.pipeline.cancellation import check as check_cancelled
-from spacy_accelerate.pipeline.parked_weights import ParkedWeights, WeightsSource
+from spacy_accelerate.pipeline.parked_weights import (
+    ParkedWeights,
+    PickledWeights,
+    WeightsSource,
+    park_unpickled,
+    return_freed_memory,
+)
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
@@ -264,10 +271,13 @@ class AcceleratedModule(torch.nn.Module):
         # A pickled proxy reopens its verified cache entry; sessions are never pickled,
         # and neither are calibration texts (their digest finds the entry). Pickled for
         # the workers of ``nlp.pipe(n_process=N)``, it carries their share of threads.
+        # Parked weights are read back only to be serialised, and parked again at once
+        # (ParkedWeights.pickled): the module goes in the pickle as it is held, shapes only.
         config = replace(_worker_config(self.session.config), calibration_texts=None)
         served = (self.exported, self.session.provider, config, self.session.layout)
-        made = (type(self), self.original, self.spec, self._rebuild_args())
-        return (_reopen, (made, served, BUDGET.workers > 1))
+        weights = self.parking.pickled() if self.parking is not None else None
+        made = (type(self), self._shell, self.spec, self._rebuild_args())
+        return (_reopen, (made, served, BUDGET.workers > 1, weights))
 
     def extra_repr(self) -> str:
         # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
@@ -400,17 +410,30 @@ _Made = tuple[type[AcceleratedModule], torch.nn.Module, EncoderSpec, tuple[Any, 
 _Served = tuple[ExportedModel, ResolvedProvider, OptimizeConfig, SessionLayout]
 
 
-def _reopen(made: _Made, served: _Served, in_worker: bool = False) -> torch.nn.Module:
+def _reopen(
+    made: _Made,
+    served: _Served,
+    in_worker: bool = False,
+    weights: PickledWeights | None = None,
+) -> torch.nn.Module:
     """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
     where ``missing_cache="pytorch"`` (or a lossy plan, which needs the whole pipeline to
     be judged), the PyTorch module itself, with a warning. ``in_worker``: pickled for a
     worker of ``nlp.pipe(n_process=N)``, whose torch then runs on the threads ``config``
-    gives the runtime (at most)."""
+    gives the runtime (at most). ``weights``: the state of an original pickled parked,
+    parked in the copy too (:func:`park_unpickled`), read back only where needed."""
     proxy_type, original, spec, extra = made
     exported, provider, config, layout = served
     if in_worker:
         worker_torch_threads(config.intra_op_threads)
-    reopened = reopen(exported, spec, lambda: original, provider, config, layout)
+    parking = None
+    if weights is not None:
+        parking = park_unpickled(original, weights, resolve_cache_dir(config.cache_dir))
+
+    def module() -> torch.nn.Module:
+        return original if parking is None else parking.resident()
+
+    reopened = reopen(exported, spec, module, provider, config, layout)
     if reopened is None:
         logger.warning(
             "spacy-accelerate: the cached %s model %s is not here and %s, so this "
@@ -425,9 +448,14 @@ def _reopen(made: _Made, served: _Served, in_worker: bool = False) -> torch.nn.M
                 [Advice("missing_cache", "pytorch"), " says not to export it at load time"]
             ),
         )
-        return original
+        return module()
     session, found = reopened
-    return proxy_type(session, spec, original, found, *extra)
+    proxy = proxy_type(session, spec, original, found, *extra)
+    if parking is not None:
+        proxy.parking = parking
+        parking.park()  # again, where the entry was built from them
+        return_freed_memory()
+    return proxy
 
 
 @singledispatch
