@@ -209,7 +209,7 @@ def test_io_binding_matches_the_host_path(roberta_session, rows: int, length: in
     runner = bound_runner(spec, session, plan)
     feeds = random_feeds(spec, rows, length, seed=rows * 100 + length)
     names = spec.hidden_state_names
-    expected = HostRunner(session._session).run(feeds, names)
+    expected = HostRunner(session._session, session._ort).run(feeds, names)
     actual = runner.run(feeds, names)
     mask = feeds["attention_mask"].bool()
     for a, e in zip(actual, expected, strict=True):

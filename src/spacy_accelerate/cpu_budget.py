@@ -15,18 +15,22 @@ What it decides:
   and by ``spacy-accelerate bench``'s advice.
 - **torch's threads.** ``torch.set_num_threads`` sets the calling thread's OpenMP setting
   and, through ATen's lazily read default, that of every thread started later. The library
-  changes it only around its own work and never across a ``yield``
+  changes only the calling thread's setting (OpenMP's and MKL's per-thread calls,
+  :func:`_this_thread`), only around its own work and never across a ``yield``
   (:func:`glue_threads`), or once in a thread of its own before that thread runs anything
   (:func:`helper_threads`), so that whenever control is in the caller's code the count is
-  what the caller left. The one lasting change is in a process forked from one that served
-  an accelerated pipeline (:func:`after_fork_in_child`): a forked child inherits torch's
-  OpenMP bookkeeping but not its threads, and its first parallel op would hang
-  (spaCy#6662), so it runs torch on one thread. Every change is listed in
+  what the caller left, and threads others start meanwhile get the caller's default. The
+  one lasting change is in a process forked from one that served an accelerated pipeline
+  (:func:`after_fork_in_child`): a forked child inherits torch's OpenMP bookkeeping but
+  not its threads, and its first parallel op would hang (spaCy#6662), so it runs torch on
+  one thread. Every change is listed in
   docs/concurrency.md.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import multiprocessing
 import os
@@ -34,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -232,24 +237,61 @@ def _torch() -> ModuleType:
     return torch
 
 
+@functools.cache
+def _thread_local_setters() -> tuple[Callable[[int], Any], ...]:
+    """The C functions that set torch's threads for the calling thread only: OpenMP's
+    ``omp_set_num_threads`` (its per-thread setting, which ATen's parallel loops read) and
+    MKL's ``mkl_set_num_threads_local``, looked up in torch's own library, which links
+    both. ``torch.set_num_threads`` also stores ATen's process-wide default, which every
+    thread started later copies at its first parallel op: a thread another caller starts
+    while the library holds one thread would keep one for good. Empty where torch was not
+    built on OpenMP or the functions are not found: :func:`_this_thread` then falls back
+    to ``torch.set_num_threads``."""
+    torch = _torch()
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return ()
+    try:
+        library = ctypes.CDLL(str(Path(str(torch.__file__)).parent / "lib" / "libtorch_cpu.so"))
+        found = [library.omp_set_num_threads]
+    except (OSError, AttributeError):
+        return ()
+    mkl = getattr(library, "MKL_Set_Num_Threads_Local", None)
+    return (*found, *([mkl] if mkl is not None else []))
+
+
+def _this_thread(threads: int) -> None:
+    """torch on ``threads`` threads in the calling thread, and nowhere else (see
+    :func:`_thread_local_setters`). ATen reads its default into a thread once, at the
+    thread's first parallel op: that is done first, so that it cannot undo this later."""
+    torch = _torch()
+    torch.get_num_threads()
+    setters = _thread_local_setters()
+    if not setters:
+        torch.set_num_threads(threads)
+        return
+    for setter in setters:
+        setter(threads)
+
+
 @contextmanager
 def glue_threads(glue_only: bool = True) -> Iterator[None]:
     """torch on one thread in the calling thread while the block runs (the library's own
-    work, where torch only glues runtimes together), put back after it. Blocks nest; never
-    hold one across a ``yield`` to the caller, and run the caller's code met inside one
-    (its texts iterator) in :func:`callers_threads`. ``glue_only=False``: no change."""
+    work, where torch only glues runtimes together), put back after it; other threads,
+    and threads started meanwhile, keep theirs. Blocks nest; never hold one across a
+    ``yield`` to the caller, and run the caller's code met inside one (its texts iterator)
+    in :func:`callers_threads`. ``glue_only=False``: no change."""
     previous = _torch().get_num_threads()
     change = glue_only and previous != 1
     outer = getattr(_LEASE, "callers", None)
     if change:
-        _torch().set_num_threads(1)
+        _this_thread(1)
         _LEASE.callers = previous
     try:
         yield
     finally:
         if change:
             _LEASE.callers = outer
-            _torch().set_num_threads(previous)
+            _this_thread(previous)
 
 
 @contextmanager
@@ -260,22 +302,20 @@ def callers_threads() -> Iterator[None]:
     if callers is None:
         yield
         return
-    _torch().set_num_threads(callers)
+    _this_thread(callers)
     try:
         yield
     finally:
-        _torch().set_num_threads(1)
+        _this_thread(1)
 
 
 def helper_threads(glue_only: bool) -> None:
     """Set up torch in a thread the library started, before it runs anything: one thread
-    where torch only glues (``glue_only``). It reads torch's default first, so that
-    ATen's lazy per-thread start-up, which copies the default, cannot undo it later.
-    Call it while the starting thread holds :func:`glue_threads`, whose end puts the
-    default for threads started later back."""
-    _torch().get_num_threads()
+    where torch only glues (``glue_only``), in that thread only."""
     if glue_only:
-        _torch().set_num_threads(1)
+        _this_thread(1)
+    else:
+        _torch().get_num_threads()
 
 
 def worker_torch_threads(threads: int) -> None:

@@ -46,6 +46,7 @@ the exception ends the process as fast as without overlap.
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 import weakref
@@ -56,8 +57,13 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from spacy_accelerate.cpu_budget import callers_threads, glue_threads, helper_threads
-from spacy_accelerate.pipeline.cancellation import Cancelled, cancellable
+from spacy_accelerate.cpu_budget import (
+    callers_threads,
+    glue_threads,
+    helper_threads,
+    on_fork_in_child,
+)
+from spacy_accelerate.runtime.cancellation import Cancelled, StopSignal, cancellable
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ class _Channel:
     batch_size: int
     inbox: queue.Queue[Any] = field(default_factory=queue.Queue)
     outbox: queue.Queue[Any] = field(default_factory=lambda: queue.Queue(maxsize=OUTBOX_DOCUMENTS))
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: StopSignal = field(default_factory=StopSignal)
     ready: threading.Event = field(default_factory=threading.Event)
 
     def hand_over(self, item: Any) -> bool:
@@ -190,6 +196,48 @@ def _run_helper(nlp: Language, channel: _Channel, options: dict[str, Any], glue_
         return
     except BaseException as error:  # raised again in the caller's thread
         channel.hand_over(_Failure(error))
+    finally:
+        HELPERS.ended(threading.current_thread())
+
+
+class Helpers:
+    """The helper threads running now, each with its channel: the process's exit stops
+    (aborting the runtime call in flight) and joins them all before the interpreter
+    finalizes (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[threading.Thread, _Channel] = {}
+
+    def start(self, thread: threading.Thread, channel: _Channel) -> None:
+        with self._lock:
+            self._running[thread] = channel
+        thread.start()
+
+    def ended(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._running.pop(thread, None)
+
+    def stop_all(self) -> None:
+        """Stop every helper and wait for each (at exit, with the caller's code done)."""
+        with self._lock:
+            running = list(self._running.items())
+        for _, channel in running:
+            channel.shut()
+        for thread, _ in running:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def after_fork(self) -> None:
+        """In a forked child: none of the parent's threads runs here."""
+        self._lock = threading.Lock()
+        self._running = {}
+
+
+#: This process's helpers.
+HELPERS = Helpers()
+atexit.register(HELPERS.stop_all)
+on_fork_in_child(HELPERS.after_fork)
 
 
 class OverlappedPipe:
@@ -263,7 +311,7 @@ class OverlappedPipe:
             name=HELPER_NAME,
             daemon=True,
         )
-        self._helper.start()
+        HELPERS.start(self._helper, self._channel)
         self._channel.ready.wait()  # its torch set up while this thread holds the lease
         return pipe(self.nlp, self._channel.finished(front), **self._stage(self.stages.behind))
 

@@ -42,7 +42,6 @@ from spacy_accelerate.errors import (
     spelled,
 )
 from spacy_accelerate.options.config import MissingCache, OptimizeConfig
-from spacy_accelerate.pipeline.cancellation import check as check_cancelled
 from spacy_accelerate.pipeline.parked_weights import (
     ParkedWeights,
     PickledWeights,
@@ -51,6 +50,7 @@ from spacy_accelerate.pipeline.parked_weights import (
     return_freed_memory,
 )
 from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
+from spacy_accelerate.runtime.cancellation import check as check_cancelled
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 

@@ -34,6 +34,7 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
 )
 from spacy_accelerate.errors import Advice, EngineBuildError, SpacyAccelerateError
 from spacy_accelerate.options.config import OptimizeConfig, Provider
+from spacy_accelerate.runtime.cancellation import runtime_call
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
@@ -49,8 +50,9 @@ class HostRunner:
     """The CPU provider's path: torch tensors to numpy (no copy on the CPU) and back,
     the rows run in groups of similar length (:mod:`~spacy_accelerate.runtime.length_groups`)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, ort: Any) -> None:
         self.session = session
+        self._ort = ort
         self.input_names = tuple(i.name for i in session.get_inputs())
 
     def run(
@@ -63,8 +65,16 @@ class HostRunner:
         return run_by_length(self.run_whole, feeds, names, borrowed=False)
 
     def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
-        """One call over the whole padded batch."""
-        return self.session.run(list(names), dict(feeds))
+        """One call over the whole padded batch; a helper told to stop aborts it
+        (``RunOptions.terminate``, :mod:`~spacy_accelerate.runtime.cancellation`)."""
+        options = self._ort.RunOptions()
+        options.log_severity_level = _QUIET  # an aborted run is not an error to log
+        with runtime_call(lambda: setattr(options, "terminate", True)):
+            return self.session.run(list(names), dict(feeds), options)
+
+
+#: ONNX Runtime's FATAL severity: only what ends the process is logged for a run.
+_QUIET = 4
 
 
 def _ort_failure_types(ort: Any) -> tuple[type[BaseException], ...]:
@@ -180,7 +190,7 @@ def check_active(session: Any, provider: Provider) -> None:
 
 
 def _host_runner(session: Any, ort: Any, config: OptimizeConfig, layout: SessionLayout):
-    return HostRunner(session)
+    return HostRunner(session, ort)
 
 
 def _device_runner(session: Any, ort: Any, config: OptimizeConfig, layout: SessionLayout):

@@ -47,6 +47,7 @@ from spacy_accelerate.cpu_features import (
 )
 from spacy_accelerate.errors import Advice, OneOf, PrecisionUnavailableError
 from spacy_accelerate.options.config import OptimizeConfig, Precision
+from spacy_accelerate.runtime.cancellation import runtime_call
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
@@ -295,7 +296,8 @@ class OpenVINORunner:
         """One inference over the whole padded batch; the arrays are the request's own
         buffers, valid until its next inference."""
         request = self._request()
-        request.infer({name: feeds[name] for name in self.input_names})
+        with runtime_call(request.cancel):  # a helper told to stop aborts it
+            request.infer({name: feeds[name] for name in self.input_names})
         return [request.get_tensor(name).data for name in names]
 
     def run(
