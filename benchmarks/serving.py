@@ -17,7 +17,9 @@ Each pipeline is saved once plain (PyTorch) and once per plan, accelerated with 
 - **latency**: one process per pipeline holding every variant, calling ``nlp(text)`` on
   held-out EWT test sentences (single) and paragraphs of up to eight sentences, the
   variants alternating text by text so that the machine's noise falls on all alike: the
-  median, 90th and 99th percentile, each against PyTorch's.
+  median, 90th and 99th percentile, each against PyTorch's;
+- **long request**: memory before and after one 100,000-character document, and what
+  giving the runtime's working memory back costs (``long_request.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bundle import PLANS  # noqa: E402
+from long_request import long_request_rows  # noqa: E402
 from run import machine, machine_slug  # noqa: E402
 from spacy_accelerate_samples import ewt  # noqa: E402
 from spacy_accelerate_samples.trained import (  # noqa: E402
@@ -199,7 +202,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["load", "latency"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["load", "latency", "long"])
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     unknown = [plan for plan in args.plans if plan not in SERVED]
@@ -218,6 +221,10 @@ def main() -> None:
         if "latency" not in args.skip:
             kinds = {"sentence": sentences, "paragraph": paragraphs[: args.sentences // 4]}
             row["latency"] = latency_rows(folders, kinds, args.rounds)
+        if "long" not in args.skip:
+            row["long_request"] = long_request_rows(
+                folders, PLAIN, sentences, paragraphs, max(3, args.rounds)
+            )
         report[pipeline] = row
         print(json.dumps({pipeline: row}, indent=1, default=str), flush=True)
     output = args.output or Path(f"serving-{machine_slug(report['machine'])}.json")

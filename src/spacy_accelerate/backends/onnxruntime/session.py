@@ -38,6 +38,7 @@ from spacy_accelerate.runtime.cancellation import runtime_call
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
+from spacy_accelerate.runtime.working_memory import releases_memory
 
 
 class TensorRunner(Protocol):
@@ -53,6 +54,7 @@ class HostRunner:
     def __init__(self, session: Any, ort: Any) -> None:
         self.session = session
         self._ort = ort
+        self._shrink_next = False
         self.input_names = tuple(i.name for i in session.get_inputs())
 
     def run(
@@ -66,13 +68,23 @@ class HostRunner:
 
     def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """One call over the whole padded batch; a helper told to stop aborts it
-        (``RunOptions.terminate``, :mod:`~spacy_accelerate.runtime.cancellation`)."""
+        (``RunOptions.terminate``, :mod:`~spacy_accelerate.runtime.cancellation`). A large
+        run shrinks the arena after it, and so does the next run: the large run's outputs
+        still held their regions when it ended
+        (:mod:`~spacy_accelerate.runtime.working_memory`)."""
         options = self._ort.RunOptions()
         options.log_severity_level = _QUIET  # an aborted run is not an error to log
+        large = releases_memory(feeds)
+        if large or self._shrink_next:
+            options.add_run_config_entry(ARENA_SHRINKAGE, "cpu:0")
+        self._shrink_next = large
         with runtime_call(lambda: setattr(options, "terminate", True)):
             return self.session.run(list(names), dict(feeds), options)
 
 
+#: The run option that gives the CPU arena's free regions back after the run
+#: (:mod:`~spacy_accelerate.runtime.working_memory`).
+ARENA_SHRINKAGE = "memory.enable_memory_arena_shrinkage"
 #: ONNX Runtime's FATAL severity: only what ends the process is logged for a run.
 _QUIET = 4
 

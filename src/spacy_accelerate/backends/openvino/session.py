@@ -51,6 +51,7 @@ from spacy_accelerate.runtime.cancellation import runtime_call
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider, import_runtime
 from spacy_accelerate.runtime.session import SessionLayout, cpu_warm_shapes, host_arrays
+from spacy_accelerate.runtime.working_memory import releases_memory
 from spacy_accelerate.verify.plan_search import SEARCH_RULE
 
 if TYPE_CHECKING:
@@ -289,8 +290,23 @@ class OpenVINORunner:
     def run_arrays(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """The rows run in groups of similar length
         (:mod:`~spacy_accelerate.runtime.length_groups`); the outputs
-        are copied out of the request's buffers, which its next inference reuses."""
-        return run_by_length(self.run_whole, feeds, names, borrowed=True)
+        are copied out of the request's buffers, which its next inference reuses. A large
+        run's working memory is given back after it
+        (:mod:`~spacy_accelerate.runtime.working_memory`)."""
+        outputs = run_by_length(self.run_whole, feeds, names, borrowed=True)
+        if releases_memory(feeds):
+            self._release_memory()
+        return outputs
+
+    def _release_memory(self) -> None:
+        """The graph's intermediate buffers and this thread's request (its output tensors
+        stay at the largest shape seen) given back. Where another thread's inference runs,
+        OpenVINO refuses: a later large run gives them back instead."""
+        self._local.request = None
+        try:
+            self.compiled.release_memory()
+        except RuntimeError:
+            return
 
     def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """One inference over the whole padded batch; the arrays are the request's own
