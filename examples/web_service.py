@@ -18,11 +18,35 @@ PyTorch copy of the transformer's weights in memory. A request's annotation runs
 worker thread, one at a time per process: the runtime already uses the process's CPUs, and
 the event loop stays free to accept requests meanwhile. Without spacy-accelerate installed
 the same folder loads on PyTorch (see docs/saving-and-loading.md).
+
+What a request may send (the limits below; anything else answers 400, saying why, before
+any annotation starts):
+
+- valid Unicode: a JSON ``\\ud800`` escape decodes to a lone surrogate, which spaCy's
+  tokenizer cannot encode (``UnicodeEncodeError``);
+- something to annotate: not empty, not only whitespace (a whitespace-only text makes a
+  curated transformer pipeline raise ``ValueError``, with or without spacy-accelerate:
+  docs/design.md, "Known upstream behaviour");
+- at most ``MAX_TEXT_BYTES`` of UTF-8: every piece covers at least one byte and every token
+  at least one character, so a request's work grows with its bytes (not with its
+  characters: byte-level BPE makes four pieces of a rare emoji);
+- no word (characters between whitespace) over ``MAX_WORD_CHARACTERS``: WordPiece's time
+  grows faster than the square of a word's length (a 10,000-character word: 35 to 65 s in
+  curated-tokenizers' ``WordPieceProcessor`` alone), spaCy's tokenizer's with the square of
+  a run of punctuation (``")" * 10_000``: 7.6 s).
+
+Within these, the slowest texts tried (words of punctuation, of emoji, of random letters)
+took at most 3.5x as long as English of as many bytes: en_core_web_trf's architecture,
+accelerated, on a busy two-CPU machine, 4.2 to 4.6 s for 5,000 bytes of English, 10.3 to
+14.3 s for the slowest 5,000 bytes. Set the limits from what your pipeline takes on your
+workers; longer documents go to ``nlp.pipe`` in a batch job, or in several requests.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,8 +64,45 @@ from starlette.routing import Route
 PIPELINE_ENV = "SPACY_PIPELINE"
 #: This process's runtime threads (unset: every CPU the process may use).
 THREADS_ENV = "SPACY_THREADS"
-#: The longest text a request may send, in characters.
-MAX_CHARACTERS = 100_000
+
+# What one request may ask of a worker (why these: the module's docstring).
+#: The longest text a request may send, in bytes of UTF-8.
+MAX_TEXT_BYTES = 5_000
+#: The longest word a text may hold, in characters between whitespace.
+MAX_WORD_CHARACTERS = 200
+#: The largest request body read: room for the text JSON-escaped (at most 6 bytes of JSON
+#: for one byte of text, ``\\u0000``).
+MAX_BODY_BYTES = 6 * MAX_TEXT_BYTES + 1_000
+
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD_CHARACTERS + 1},}}")
+
+
+def refusal(text: object) -> str | None:
+    """Why ``text`` is not annotated, or None when it is."""
+    if not isinstance(text, str):
+        return "'text' must be a string"
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        return (
+            f"'text' is not valid Unicode: a lone surrogate (U+{ord(text[error.start]):04X}) "
+            f"at character {error.start}"
+        )
+    if size > MAX_TEXT_BYTES:
+        return (
+            f"'text' is {size} bytes of UTF-8, over the limit of {MAX_TEXT_BYTES}: "
+            "split it into several requests"
+        )
+    if not text.strip():
+        return "'text' has nothing to annotate: it is empty or only whitespace"
+    word = _LONG_WORD.search(text)
+    if word is not None:
+        return (
+            f"'text' has a word of {word.end() - word.start()} characters at character "
+            f"{word.start()}, over the limit of {MAX_WORD_CHARACTERS} characters between "
+            "whitespace"
+        )
+    return None
 
 
 class Annotator:
@@ -75,13 +136,19 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 async def annotate(request: Request) -> JSONResponse:
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            message = f"the request body is over {MAX_BODY_BYTES} bytes"
+            return JSONResponse({"error": message}, status_code=413)
     try:
-        body = await request.json()
+        body = json.loads(raw)
     except ValueError:
         return JSONResponse({"error": 'send JSON: {"text": "..."}'}, status_code=400)
     text = body.get("text") if isinstance(body, dict) else None
-    if not isinstance(text, str) or len(text) > MAX_CHARACTERS:
-        message = f"'text' must be a string of at most {MAX_CHARACTERS} characters"
+    message = refusal(text)
+    if message is not None:
         return JSONResponse({"error": message}, status_code=400)
     return JSONResponse(await run_in_threadpool(request.app.state.annotate, text))
 

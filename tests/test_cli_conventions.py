@@ -309,17 +309,22 @@ def test_help_is_fast_and_imports_neither_spacy_nor_torch():
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
     assert "optimize" in completed.stdout
-    best = float("inf")
+    # Fast next to what it leaves out, timed here, turn about: a busy machine slows both
+    # (--help 0.4 s, importing spaCy 2.7 s when measured).
+    helped = spacy_imported = float("inf")
     for _ in range(3):  # the best of three: a shared machine may stall one run
-        start = time.perf_counter()
-        helped = subprocess.run(
-            [sys.executable, "-m", "spacy_accelerate", "--help"], capture_output=True
-        )
-        best = min(best, time.perf_counter() - start)
-        assert helped.returncode == 0
-        if best < 1.5:
+        helped = min(helped, _seconds([sys.executable, "-m", "spacy_accelerate", "--help"]))
+        spacy_imported = min(spacy_imported, _seconds([sys.executable, "-c", "import spacy"]))
+        if helped < spacy_imported / 2:
             break
-    assert best < 1.5, f"--help took {best:.2f} s"
+    assert helped < spacy_imported / 2, f"--help {helped:.2f} s, spaCy {spacy_imported:.2f} s"
+
+
+def _seconds(command: list[str]) -> float:
+    start = time.perf_counter()
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    return time.perf_counter() - start
 
 
 def test_the_package_still_exports_its_names_lazily():

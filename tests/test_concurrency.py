@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -210,29 +211,35 @@ for index, doc in enumerate(nlp.pipe(texts)):  # the default batch size
 
 
 def _seconds_to_end_after_ctrl_c(command: list[str]) -> float:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "first"
-    time.sleep(0.5)
-    sent = time.monotonic()
-    os.kill(process.pid, signal.SIGINT)
-    process.wait(timeout=120)
-    assert process.returncode != 0  # KeyboardInterrupt
-    return time.monotonic() - sent
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "first"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        os.kill(process.pid, signal.SIGINT)
+        process.wait(timeout=120)
+        ended = time.monotonic() - sent
+        errors.seek(0)
+        # KeyboardInterrupt, unhandled: Python ends itself by SIGINT, as Ctrl-C would (an
+        # abort would be -SIGABRT, shown as 134 by a shell).
+        assert process.returncode == -signal.SIGINT, (process.returncode, errors.read()[-3000:])
+    return ended
 
 
 def test_ctrl_c_during_an_overlapped_pipe_is_as_prompt_as_without(
     sample_path: Callable[[str], Path], cache_dir: Path, texts: list[str], tmp_path: Path
 ):
     # Every runtime call takes 0.5 s more: a helper that finished its batch (the default
-    # batch size, many calls) before it stopped would take seconds.
+    # batch size: 23 runtime calls here) before it stopped would end 10 s or more later than
+    # the sequential pipe, timed here (a busy machine slows both; half of that is allowed).
     texts_file = tmp_path / "texts.txt"
     texts_file.write_text("\n".join(texts))
     command = [sys.executable, "-c", textwrap.dedent(INTERRUPTED)]
     args = [str(sample_path("roberta")), str(cache_dir), str(texts_file)]
     without = _seconds_to_end_after_ctrl_c([*command, *args, "sequential"])
     overlapped = _seconds_to_end_after_ctrl_c([*command, *args, "overlap"])
-    assert overlapped < max(2.0, without + 1.0), (overlapped, without)
+    assert overlapped < 2 * without + 5.0, (overlapped, without)
 
 
 def test_a_confined_process_serves_on_its_share(monkeypatch: pytest.MonkeyPatch):

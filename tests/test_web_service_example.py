@@ -1,9 +1,11 @@
-"""``examples/web_service.py`` serves a saved accelerated pipeline as ``nlp(text)`` does."""
+"""``examples/web_service.py`` serves a saved accelerated pipeline as ``nlp(text)`` does,
+and answers 400 to text it will not annotate, before annotating it."""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -51,3 +53,106 @@ def test_the_web_service_answers_as_the_saved_pipeline_does(
         assert client.post("/annotate", content=b"not json").status_code == 400
         assert client.post("/annotate", json={"text": 3}).status_code == 400
         assert client.get("/health").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def service(
+    sample_path: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ModuleType, TestClient]]:
+    """The example serving the BERT sample: its WordPiece tokenizer is the piece tokenizer
+    whose time grows fastest with a word's length."""
+    folder = tmp_path_factory.mktemp("web-service")
+    nlp = spacy.load(sample_path("bert"))
+    spacy_accelerate.optimize(nlp, provider="cpu", workload="documents", cache_dir=folder / "cache")
+    nlp.to_disk(folder / "saved")
+    example = _example()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPACY_ACCELERATE_CACHE", str(folder / "cache"))
+        patch.setenv(example.PIPELINE_ENV, str(folder / "saved"))
+        patch.setenv(example.THREADS_ENV, "1")
+        with TestClient(example.app) as client:
+            yield example, client
+
+
+def _refused(example: ModuleType, case: str) -> tuple[object, str]:
+    """The text the example refuses in ``case`` (bytes: the raw body that carries it) and a
+    part of the message that must say why."""
+    words = example.MAX_WORD_CHARACTERS
+    emoji = "\U0001f600" * (example.MAX_TEXT_BYTES // 4 + 1)  # 4 bytes a character
+    cases: dict[str, tuple[object, str]] = {
+        "empty": ("", "empty or only whitespace"),
+        "whitespace only": (" \n\t\u3000 ", "empty or only whitespace"),
+        # As a client sends it: a JSON escape (httpx cannot encode a lone surrogate).
+        "lone surrogate": (
+            b'{"text": "abc \\ud800 def"}',
+            "lone surrogate (U+D800) at character 4",
+        ),
+        "over-long word": (
+            "A word: " + "a" * (words + 1) + " and more.",
+            f"a word of {words + 1} characters at character 8, over the limit of {words}",
+        ),
+        "over-long text": (emoji, f"over the limit of {example.MAX_TEXT_BYTES}"),
+        "not a string": (3, "must be a string"),
+    }
+    return cases[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "empty",
+        "whitespace only",
+        "lone surrogate",
+        "over-long word",
+        "over-long text",
+        "not a string",
+    ],
+)
+def test_text_it_will_not_annotate_is_a_400_saying_why(
+    service: tuple[ModuleType, TestClient], case: str
+):
+    example, client = service
+    text, why = _refused(example, case)
+    if isinstance(text, bytes):
+        answer = client.post("/annotate", content=text)
+    else:
+        answer = client.post("/annotate", json={"text": text})
+    assert answer.status_code == 400, answer.text[:300]
+    assert why in answer.json()["error"]
+
+
+def test_a_body_over_the_limit_is_not_read(service: tuple[ModuleType, TestClient]):
+    example, client = service
+    answer = client.post("/annotate", content=b" " * (example.MAX_BODY_BYTES + 1))
+    assert answer.status_code == 413
+    assert str(example.MAX_BODY_BYTES) in answer.json()["error"]
+
+
+def _best_of_three(client: TestClient, text: str, status: int) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        answer = client.post("/annotate", json={"text": text})
+        best = min(best, time.perf_counter() - started)
+        assert answer.status_code == status, answer.text[:300]
+    return best
+
+
+def test_the_limits_bound_a_requests_time_by_an_ordinary_ones(
+    service: tuple[ModuleType, TestClient], ewt_texts: list[str]
+):
+    example, client = service
+    limit = example.MAX_TEXT_BYTES
+    english = " ".join(ewt_texts)[:limit]
+    assert len(english.encode("utf-8")) == limit
+    ordinary = _best_of_three(client, english, 200)
+    # A word WordPiece takes seconds on (its time grows faster than the square of the
+    # word's length): refused before any annotation, sooner than English is annotated.
+    refused = _best_of_three(client, "a" * (limit // 2), 400)
+    assert refused < ordinary, (refused, ordinary)
+    # The slowest texts within the limits: the longest words WordPiece may see, and as many
+    # tokens as characters (spaCy's tokenizer splits a run of ")" one by one).
+    for word in ("7" * example.MAX_WORD_CHARACTERS, ")" * example.MAX_WORD_CHARACTERS):
+        slowest = " ".join([word] * (limit // len(word)))[:limit]
+        taken = _best_of_three(client, slowest, 200)
+        assert taken < 10 * ordinary, (word[0], taken, ordinary)
