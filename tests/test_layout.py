@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends",),
     ("provision",),
     ("pipeline",),
-    ("api",),
+    ("api", "aio"),
     ("__init__",),
     ("bench",),
     ("ray",),

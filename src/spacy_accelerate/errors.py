@@ -225,6 +225,11 @@ class OutpacedError(NoFasterPlanError):
         return self.resume is not None
 
 
+class QueueFullError(SpacyAccelerateError, RuntimeError):
+    """Too many concurrent calls are waiting for the accelerated transformer already: the
+    process is over its capacity (:mod:`spacy_accelerate.runtime.shared_calls`)."""
+
+
 class InvalidInputError(SpacyAccelerateError, ValueError):
     """The pipeline handed the transformer something the model cannot take."""
 

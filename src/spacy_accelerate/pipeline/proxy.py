@@ -53,6 +53,7 @@ from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.cancellation import check as check_cancelled
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
+from spacy_accelerate.runtime.shared_calls import SharedCalls
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -117,6 +118,8 @@ class AcceleratedModule(torch.nn.Module):
         object.__setattr__(self, "_shell", original)
         #: Where the original's weights are while they are parked (:meth:`park`).
         self.parking: ParkedWeights | None = None
+        #: Concurrent calls, run together while the runtime is busy.
+        self.shared_calls = SharedCalls(spec.padding_idx)
 
     @property
     def original(self) -> torch.nn.Module:
@@ -177,7 +180,8 @@ class AcceleratedModule(torch.nn.Module):
             ]
         self.spec.check_length(ids.shape[1])
         check_cancelled()  # an overlapped pipe's helper told to stop (.cancellation)
-        outputs = self._own_session().run_tensors(feeds, names)
+        # Concurrent callers' calls run together while the runtime is busy (.shared_calls).
+        outputs = self.shared_calls.run(self._own_session().run_tensors, feeds, names)
         return [tensor.to(ids.device) for tensor in outputs]
 
     def _own_session(self) -> Session:

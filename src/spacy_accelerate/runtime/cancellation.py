@@ -84,6 +84,11 @@ def cancellable(stop: StopSignal) -> Iterator[None]:
         _LOCAL.stop = previous
 
 
+def is_cancellable() -> bool:
+    """Whether this thread's work runs in :func:`cancellable` (a helper of the library's)."""
+    return _current() is not None
+
+
 def check() -> None:
     """Raise :class:`Cancelled` where this thread's work was told to stop."""
     stop = _current()
