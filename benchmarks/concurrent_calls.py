@@ -12,7 +12,10 @@ sentences one after the other for ``--seconds``, the variants alternating round 
   ``examples/web_service.py`` served before issue 61;
 - ``accelerated, shared calls``: the accelerated pipeline called from every thread at once:
   the encoder's calls of concurrent requests run together
-  (:mod:`spacy_accelerate.runtime.shared_calls`).
+  (:mod:`spacy_accelerate.runtime.shared_calls`);
+- ``plain, awaited batches`` and ``accelerated, awaited batches``: clients as coroutines on
+  one event loop awaiting :func:`spacy_accelerate.aio.annotate`, which annotates the
+  requests awaited together as one ``nlp.pipe`` batch (the plain one is the fair rival).
 
 Requests per second, p50 and p99 latency, and the encoder runs per request.
 """
@@ -20,6 +23,7 @@ Requests per second, p50 and p99 latency, and the encoder runs per request.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -37,6 +41,38 @@ from spacy_accelerate_samples import ewt  # noqa: E402
 from spacy_accelerate_samples.trained import load_benchmark_pipeline  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
+from spacy_accelerate import aio  # noqa: E402
+
+
+class Awaited:
+    """A pipeline awaited through :func:`spacy_accelerate.aio.annotate` (the closed loop
+    runs its clients as coroutines)."""
+
+    def __init__(self, nlp: Any) -> None:
+        self.nlp = nlp
+
+    def __call__(self, text: str) -> Any:
+        return self.nlp(text)  # the warm-up's call
+
+
+def awaited_loop(nlp: Any, texts: list[str], clients: int, seconds: float) -> list[float]:
+    """``closed_loop`` with coroutines awaiting ``aio.annotate`` on one event loop."""
+    latencies: list[float] = []
+
+    async def client(offset: int, deadline: float) -> None:
+        index = offset
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            await aio.annotate(nlp, texts[index % len(texts)])
+            latencies.append(time.perf_counter() - started)
+            index += clients
+
+    async def run() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*(client(i, deadline) for i in range(clients)))
+
+    asyncio.run(run())
+    return latencies
 
 
 def closed_loop(call: Callable[[str], Any], texts: list[str], clients: int, seconds: float):
@@ -93,6 +129,8 @@ def variants(pipeline: str, provider: str, precision: str) -> dict[str, tuple[An
         "plain": (plain, None),
         "accelerated, one at a time": (one_at_a_time, proxy),
         "accelerated, shared calls": (accelerated, proxy),
+        "plain, awaited batches": (Awaited(plain), None),
+        "accelerated, awaited batches": (Awaited(accelerated), proxy),
     }
 
 
@@ -119,7 +157,10 @@ def main() -> None:
             for name in names:
                 call, proxy = calls[name]
                 before = proxy.shared_calls.runs if proxy is not None else 0
-                latencies = closed_loop(call, texts, clients, args.seconds)
+                if isinstance(call, Awaited):
+                    latencies = awaited_loop(call.nlp, texts, clients, args.seconds)
+                else:
+                    latencies = closed_loop(call, texts, clients, args.seconds)
                 runs = proxy.shared_calls.runs - before if proxy is not None else None
                 rows[name].append(_row(latencies, args.seconds, runs))
         report[f"{clients} clients"] = {name: _medians(found) for name, found in rows.items()}

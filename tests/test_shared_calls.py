@@ -5,7 +5,6 @@ that stops waiting behave as :mod:`spacy_accelerate.runtime.shared_calls` says."
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 import time
@@ -18,7 +17,6 @@ import torch
 from annotations import annotations
 
 import spacy_accelerate
-from spacy_accelerate import aio
 from spacy_accelerate.errors import QueueFullError
 from spacy_accelerate.runtime import shared_calls as module
 from spacy_accelerate.runtime.shared_calls import SharedCalls
@@ -210,12 +208,3 @@ def test_concurrent_nlp_calls_share_the_encoders_runs_and_annotate_as_alone(serv
         thread.join()
     assert together == served.alone
     assert served.runs == 2  # the first alone, the seven others together
-
-
-def test_awaited_requests_share_the_encoders_runs(served: Served):
-    async def requests() -> list:
-        calls = (aio.annotate(served.nlp, text) for text in served.texts)
-        return [annotations(doc) for doc in await asyncio.gather(*calls)]
-
-    assert asyncio.run(requests()) == served.alone
-    assert served.runs == 2
