@@ -14,10 +14,13 @@ the machine's CPUs, here 8 CPUs for 4 workers)::
     curl -s localhost:8000/annotate -d '{"text": "Apple is buying a U.K. startup."}'
 
 ``spacy.load`` serves the bundled models (no export, no timing at load) and keeps no
-PyTorch copy of the transformer's weights in memory. A request's annotation runs in a
-worker thread, one at a time per process: the runtime already uses the process's CPUs, and
-the event loop stays free to accept requests meanwhile. Without spacy-accelerate installed
-the same folder loads on PyTorch (see docs/saving-and-loading.md).
+PyTorch copy of the transformer's weights in memory. Requests are annotated off the event
+loop, which stays free to accept requests meanwhile, and never behind a lock: with
+spacy-accelerate installed, through ``spacy_accelerate.aio.annotate``, which annotates the
+requests in flight together as one ``nlp.pipe`` batch while the pipeline is busy (a lone
+request starts at once, alone); without it, the same folder loads on PyTorch (see
+docs/saving-and-loading.md) and each request runs ``nlp(text)`` in Starlette's thread pool,
+as a plain spaCy service does. At most 256 requests wait (``QueueFullError``: answered 503).
 
 What a request may send (the limits below; anything else answers 400, saying why, before
 any annotation starts):
@@ -47,7 +50,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -59,6 +61,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+try:  # the library's batching where it is installed; plain spaCy where it is not
+    from spacy_accelerate import aio
+    from spacy_accelerate.errors import QueueFullError as QueueFull
+except ImportError:
+    aio = None  # type: ignore[assignment]
+
+    class QueueFull(Exception):  # type: ignore[no-redef]
+        """Never raised without the library."""
+
 
 #: The saved pipeline's folder (or an installed package's name).
 PIPELINE_ENV = "SPACY_PIPELINE"
@@ -106,16 +118,17 @@ def refusal(text: object) -> str | None:
 
 
 class Annotator:
-    """The pipeline, loaded once per process, called by one request at a time."""
+    """The pipeline, loaded once per process, called by every request."""
 
     def __init__(self, pipeline: str, threads: int | None) -> None:
         overrides = {"nlp": {"after_pipeline_creation": {"threads": threads}}} if threads else {}
         self.nlp: Language = spacy.load(pipeline, config=overrides)
-        self.lock = threading.Lock()
 
-    def __call__(self, text: str) -> dict[str, Any]:
-        with self.lock:
-            doc = self.nlp(text)
+    async def __call__(self, text: str) -> dict[str, Any]:
+        if aio is None:  # a plain spaCy service: one nlp(text) per request, in a thread
+            doc = await run_in_threadpool(self.nlp, text)
+        else:
+            doc = await aio.annotate(self.nlp, text)
         return {
             "tokens": [
                 {"text": t.text, "tag": t.tag_, "pos": t.pos_, "dep": t.dep_, "head": t.head.i}
@@ -150,7 +163,10 @@ async def annotate(request: Request) -> JSONResponse:
     message = refusal(text)
     if message is not None:
         return JSONResponse({"error": message}, status_code=400)
-    return JSONResponse(await run_in_threadpool(request.app.state.annotate, text))
+    try:
+        return JSONResponse(await request.app.state.annotate(text))
+    except QueueFull as error:
+        return JSONResponse({"error": str(error)}, status_code=503)
 
 
 async def health(request: Request) -> JSONResponse:

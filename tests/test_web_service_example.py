@@ -4,6 +4,7 @@ and answers 400 to text it will not annotate, before annotating it."""
 from __future__ import annotations
 
 import importlib.util
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import spacy
 from starlette.testclient import TestClient
 
 import spacy_accelerate
+from spacy_accelerate import aio
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "web_service.py"
 
@@ -156,3 +158,50 @@ def test_the_limits_bound_a_requests_time_by_an_ordinary_ones(
         slowest = " ".join([word] * (limit // len(word)))[:limit]
         taken = _best_of_three(client, slowest, 200)
         assert taken < 10 * ordinary, (word[0], taken, ordinary)
+
+
+def test_concurrent_requests_are_annotated_together_without_a_lock(
+    service: tuple[ModuleType, TestClient], ewt_texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    example, client = service
+    nlp = client.app.state.annotate.nlp
+    texts = [text for text in ewt_texts if len(text) < 300][:8]
+    expected = [[t.dep_ for t in nlp(text)] for text in texts]
+    sizes: list[int] = []
+    annotate_batch = aio._annotate_batch
+
+    def first_batch_waits_for_the_others(nlp: object, batch: list) -> list:
+        if not sizes:  # busy until every other request waits
+            (batches,) = aio._BATCHES[nlp].values()
+            deadline = time.monotonic() + 60
+            while len(batches._waiting) < len(texts) - 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        sizes.append(len(batch))
+        return annotate_batch(nlp, batch)
+
+    monkeypatch.setattr(aio, "_annotate_batch", first_batch_waits_for_the_others)
+    answers: list = [None] * len(texts)
+
+    def post(index: int) -> None:
+        answers[index] = client.post("/annotate", json={"text": texts[index]})
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [answer.status_code for answer in answers] == [200] * len(texts)
+    assert [[t["dep"] for t in a.json()["tokens"]] for a in answers] == expected
+    assert sizes == [1, len(texts) - 1]  # the first alone, the others as one batch
+
+
+def test_without_the_library_each_request_runs_nlp_in_a_thread(
+    service: tuple[ModuleType, TestClient], ewt_texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    example, client = service
+    monkeypatch.setattr(example, "aio", None)  # as where spacy-accelerate is not installed
+    nlp = client.app.state.annotate.nlp
+    answer = client.post("/annotate", json={"text": ewt_texts[0]})
+    assert answer.status_code == 200
+    assert [t["dep"] for t in answer.json()["tokens"]] == [t.dep_ for t in nlp(ewt_texts[0])]
