@@ -19,7 +19,10 @@ Each pipeline is saved once plain (PyTorch) and once per plan, accelerated with 
   variants alternating text by text so that the machine's noise falls on all alike: the
   median, 90th and 99th percentile, each against PyTorch's;
 - **long request**: memory before and after one 100,000-character document, and what
-  giving the runtime's working memory back costs (``long_request.py``).
+  giving the runtime's working memory back costs (``long_request.py``);
+- **traffic**: ``examples/web_service.py`` under uvicorn on 127.0.0.1, 1, 8 and 32
+  closed-loop clients over HTTP, the plain service against the plain pipeline batched the
+  same way and the accelerated ones (``traffic.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from spacy_accelerate_samples.trained import (  # noqa: E402
     BENCHMARK_PIPELINES,
     load_benchmark_pipeline,
 )
+from traffic import traffic_rows  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.cache.root import CACHE_ENV_VAR  # noqa: E402
@@ -58,6 +62,7 @@ PLAIN = "pytorch fp32"
 SERVED: dict[str, tuple[str, str, str]] = {
     **{plan: (provider, precision, "batches") for plan, (provider, precision) in PLANS.items()},
     "openvino fp32": ("openvino", "fp32", "batches"),
+    "cpu fp32 documents": ("cpu", "fp32", "documents"),
     "auto documents": ("auto", "auto", "documents"),
 }
 
@@ -202,7 +207,11 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["load", "latency", "long"])
+    parser.add_argument("--clients", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["load", "latency", "long", "traffic"]
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     unknown = [plan for plan in args.plans if plan not in SERVED]
@@ -218,18 +227,30 @@ def main() -> None:
         row: dict[str, Any] = {}
         if "load" not in args.skip:
             row["load"] = load_rows(folders, paragraphs_file, args.processes)
+        kinds = {"sentence": sentences, "paragraph": paragraphs[: args.sentences // 4]}
         if "latency" not in args.skip:
-            kinds = {"sentence": sentences, "paragraph": paragraphs[: args.sentences // 4]}
             row["latency"] = latency_rows(folders, kinds, args.rounds)
         if "long" not in args.skip:
             row["long_request"] = long_request_rows(
                 folders, PLAIN, sentences, paragraphs, max(3, args.rounds)
+            )
+        if "traffic" not in args.skip:
+            row["traffic"] = traffic_rows(
+                _traffic_variants(folders), kinds, args.clients, args.seconds
             )
         report[pipeline] = row
         print(json.dumps({pipeline: row}, indent=1, default=str), flush=True)
     output = args.output or Path(f"serving-{machine_slug(report['machine'])}.json")
     output.write_text(json.dumps(report, indent=2, default=str))
     print(f"written to {output}")
+
+
+def _traffic_variants(folders: dict[str, Path]) -> dict[str, tuple[Path, bool]]:
+    """The load run's variants: the plain folder served without the library and with its
+    batching, then every accelerated folder."""
+    accelerated = {variant: (folder, False) for variant, folder in folders.items()}
+    plain = accelerated.pop(PLAIN)[0]
+    return {"plain service": (plain, True), "plain, batched": (plain, False), **accelerated}
 
 
 if __name__ == "__main__":
