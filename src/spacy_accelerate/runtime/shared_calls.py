@@ -60,6 +60,8 @@ class _Call:
     outputs: list[torch.Tensor] | None = None
     error: BaseException | None = None
     lead: list[_Call] | None = None
+    #: The caller stopped waiting (under the lock: never given a batch from then on).
+    gone: bool = False
 
     @property
     def rows(self) -> int:
@@ -128,20 +130,19 @@ class SharedCalls:
 
     def _wait(self, call: _Call) -> None:
         """Until ``call`` has its outputs or a batch to run; a caller that stops waiting
-        leaves the queue, handing on a batch it was given."""
+        leaves the queue (never to be given a batch), handing on a batch it was given."""
         try:
             call.woken.wait()
         except BaseException:
             with self._lock:
+                call.gone = True
                 if call in self._waiting:
                     self._waiting.remove(call)
-                    raise
-            if call.lead is not None:
-                others = [waiting for waiting in call.lead if waiting is not call]
-                if not others:
-                    with self._lock:
-                        others = self._take()
-                self._hand_on(others)
+                given, leader = call.lead, None
+                if given is not None:
+                    leader = self._lead_next([other for other in given if other is not call])
+            if leader is not None:
+                leader.woken.set()
             raise
 
     def _serve(self, batch: list[_Call]) -> None:
@@ -150,8 +151,9 @@ class SharedCalls:
             self._run_batch(batch)
         finally:
             with self._lock:
-                following = self._take()
-            self._hand_on(following)
+                leader = self._lead_next(self._take())
+            if leader is not None:
+                leader.woken.set()
 
     def _run_batch(self, batch: list[_Call]) -> None:
         first = batch[0]
@@ -187,13 +189,19 @@ class SharedCalls:
                 rows += call.rows
         return batch
 
-    @staticmethod
-    def _hand_on(batch: list[_Call]) -> None:
-        """Wake the first call of ``batch`` to run it, for all of it (none: nothing to
-        run, the runtime was marked idle when it was taken)."""
-        if batch:
-            batch[0].lead = batch
-            batch[0].woken.set()
+    def _lead_next(self, batch: list[_Call]) -> _Call | None:
+        """Under the lock: the first caller of ``batch`` still waiting, given the batch (its
+        callers still waiting) to run for all; where every one of them stopped waiting, the
+        next batch's; None where none waits (the runtime is then idle). The caller wakes it
+        once the lock is released."""
+        while True:
+            waiting = [call for call in batch if not call.gone]
+            if waiting:
+                waiting[0].lead = waiting
+                return waiting[0]
+            batch = self._take()
+            if not batch:
+                return None
 
 
 def _padded(batch: list[_Call], padding_idx: int) -> dict[str, torch.Tensor]:
