@@ -37,11 +37,15 @@ runs on the caller's count (:mod:`spacy_accelerate.cpu_budget`).
 **Ending.** An exception in the helper is raised in the caller's thread at the document it
 stopped at. The end of the documents, an exception behind the transformer (Ctrl-C
 included), ``close()``, or the pipe being collected unfinished (abandoned, in a reference
-cycle, on whatever thread the collector runs) stop the helper before its next runtime call
-(:mod:`.cancellation`), not at the end of its batch; the caller's thread then waits for it
-(never the helper itself), so no thread outlives the call. Ctrl-C (``KeyboardInterrupt``)
-and ``SystemExit`` do not wait: the helper, a daemon, ends at its next runtime call while
-the exception ends the process as fast as without overlap.
+cycle, on whatever thread the collector runs) stop the helper inside the runtime call it is
+in, which is aborted (:mod:`spacy_accelerate.runtime.cancellation`), not at the end of its
+batch; the caller's thread then waits for it (never the helper itself), so no thread
+outlives the call. Ctrl-C (``KeyboardInterrupt``) and ``SystemExit`` do not wait there: the
+exception goes on at once. Whatever ended the caller's code (the end of a script that left
+a pipe unfinished, ``sys.exit``, an uncaught error, Ctrl-C), the process's exit stops and
+joins every helper still running (:class:`Helpers`, at ``atexit``) before the interpreter
+finalizes: a daemon thread still inside a runtime's C++ call then aborted the process
+(``std::terminate``, exit status 134) instead of ending it with the caller's own status.
 """
 
 from __future__ import annotations
