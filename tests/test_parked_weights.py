@@ -13,6 +13,8 @@ import copy
 import json
 import os
 import pickle
+import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -246,3 +248,37 @@ def test_a_bundle_saved_before_the_workload_option_is_still_served(
     listing.write_text(json.dumps(bundle))
     loaded = spacy.load(tmp_path / "saved")
     assert _only_proxy(loaded).exported.origin is Origin.BUNDLED
+
+
+def test_a_forked_child_reads_back_weights_whose_lock_a_parents_thread_held(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    # issue 61's leftover: the lock of a parked module, held by another thread of the
+    # parent at the fork, stayed held in the child, whose first read-back hung.
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    parking = _only_proxy(roberta).parking
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with parking._lock:
+            held.set()
+            release.wait(timeout=60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(timeout=60)
+    pid = os.fork()
+    if pid == 0:  # the child: read back (a hang ends at the alarm, with another status)
+        signal.alarm(60)
+        try:
+            spacy_accelerate.restore(roberta)
+            got = _pytorch_outputs(roberta, texts)
+            same = all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+            os._exit(0 if same else 2)
+        except BaseException:
+            os._exit(3)
+    release.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

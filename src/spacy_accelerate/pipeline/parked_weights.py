@@ -47,6 +47,7 @@ import pickle
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from thinc.api import Model
 from thinc.shims import PyTorchShim
 from thinc.shims.pytorch import default_deserialize_torch_model
 
+from spacy_accelerate.cpu_budget import on_fork_in_child
 from spacy_accelerate.errors import WeightsUnavailableError
 from spacy_accelerate.export.fingerprint import state_digest
 
@@ -281,6 +283,7 @@ class ParkedWeights:
         self.module = module
         self.source = source
         self._lock = threading.RLock()
+        _EVERY.add(self)
         self._device: torch.device | None = None
         #: SHA256 of the state parked (:func:`state_digest`); what ``source`` must give back.
         self._digest: str | None = None
@@ -393,3 +396,17 @@ def park_unpickled(
         module.load_state_dict(state, assign=True)
         return None
     return ParkedWeights.parked_with(module, written, pickled.device, pickled.digest)
+
+
+#: Every parked module's record in this process, for :func:`_after_fork_in_child`.
+_EVERY: weakref.WeakSet[ParkedWeights] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: fresh locks (one a parent's thread held at the fork, reading the
+    weights back or parking them, would stay held there for good)."""
+    for parked in list(_EVERY):
+        parked._lock = threading.RLock()
+
+
+on_fork_in_child(_after_fork_in_child)
