@@ -39,8 +39,7 @@ from typing import Any
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from spacy_accelerate.errors import QueueFullError
-from spacy_accelerate.runtime.shared_calls import MAX_WAITING
+from spacy_accelerate.runtime.shared_calls import MAX_WAITING, queue_full
 
 #: The most requests one batch annotates; more wait for the next.
 MAX_DOCUMENTS = 64
@@ -88,11 +87,7 @@ class RequestBatches:
 
     async def annotate(self, text: str | Doc, component_cfg: Config | None) -> Doc:
         if len(self._waiting) >= MAX_WAITING:
-            raise QueueFullError(
-                f"{MAX_WAITING} requests are waiting for this pipeline already: this process "
-                "is over its capacity. Refuse or retry the request (HTTP 503), or serve with "
-                "more processes."
-            )
+            raise queue_full("requests are waiting for this pipeline")
         future: asyncio.Future[Doc] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Request(text, component_cfg, future))
         if not self._draining:

@@ -45,6 +45,16 @@ MAX_WAITING = 256
 #: The most rows (spans) one shared run takes: more wait for the next run.
 MAX_ROWS = 64
 
+
+def queue_full(waiting: str) -> QueueFullError:
+    """The error for one more than :data:`MAX_WAITING` waiting (``waiting``: who waits for
+    what), saying what a service does about it."""
+    return QueueFullError(
+        f"{MAX_WAITING} {waiting} already: this process is over its capacity. Refuse or "
+        "retry the request (HTTP 503), or serve with more processes."
+    )
+
+
 RunTensors = Callable[[Mapping[str, torch.Tensor], Sequence[str]], list[torch.Tensor]]
 
 
@@ -113,11 +123,7 @@ class SharedCalls:
         with self._lock:
             if self._busy:
                 if len(self._waiting) >= MAX_WAITING:
-                    raise QueueFullError(
-                        f"{MAX_WAITING} calls are waiting for the accelerated transformer "
-                        "already: this process is over its capacity. Refuse or retry the "
-                        "request (HTTP 503), or serve with more processes."
-                    )
+                    raise queue_full("calls are waiting for the accelerated transformer")
                 self._waiting.append(call)
             else:
                 self._busy = True
