@@ -113,3 +113,49 @@ def test_a_full_queue_refuses(served: Language, texts: list[str], monkeypatch: p
     results = asyncio.run(requests())
     assert isinstance(results[2], QueueFullError) and "503" in str(results[2])
     assert [doc.text for doc in results[:2]] == texts[:2]
+
+
+def test_a_batch_the_workers_cannot_run_fails_its_requests_and_the_next_batch_runs(
+    served: Language, texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    # A batch whose worker raised past _annotate_batch (here: as a shut-down executor
+    # does) left its requests, and every request waiting behind it, awaited for ever.
+    annotate_batch, failed = aio._annotate_batch, []
+
+    def first_fails(nlp: Language, batch: list) -> list:
+        if not failed:
+            failed.append(len(batch))
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        return annotate_batch(nlp, batch)
+
+    monkeypatch.setattr(aio, "_annotate_batch", first_fails)
+
+    async def requests() -> list:
+        calls = [aio.annotate(served, text) for text in texts[:3]]
+        together = asyncio.gather(*calls, return_exceptions=True)
+        return await asyncio.wait_for(together, timeout=120)
+
+    results = asyncio.run(requests())
+    assert failed == [3]
+    assert all(isinstance(r, RuntimeError) and "shutdown" in str(r) for r in results)
+    again = asyncio.run(requests())  # the batcher serves on
+    assert [doc.text for doc in again] == texts[:3]
+
+
+def test_requests_left_when_the_event_loop_ends_are_cancelled(
+    served: Language, texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    seen = _spied(monkeypatch)
+    batcher: list[aio.RequestBatches] = []
+    tasks: list[asyncio.Future] = []
+
+    async def abandoned() -> None:
+        tasks.extend(asyncio.ensure_future(aio.annotate(served, text)) for text in texts[:3])
+        await asyncio.sleep(0)  # each request is waiting now, the batcher's task started
+        batcher.append(aio.batches_of(served))
+
+    asyncio.run(abandoned())  # ends with the requests unanswered: the loop cancels them
+    (batches,) = batcher
+    assert len(batches._waiting) == 0 and batches._draining is None
+    assert all(task.cancelled() for task in tasks)
+    assert len(seen) <= 1

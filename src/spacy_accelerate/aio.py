@@ -83,39 +83,53 @@ class RequestBatches:
         self.batches = 0
         self._executor = executor
         self._waiting: deque[_Request] = deque()
-        self._draining = False
+        #: The task annotating batch after batch while requests wait (held: the event
+        #: loop keeps only a weak reference to a task).
+        self._draining: asyncio.Task[None] | None = None
 
     async def annotate(self, text: str | Doc, component_cfg: Config | None) -> Doc:
         if len(self._waiting) >= MAX_WAITING:
             raise queue_full("requests are waiting for this pipeline")
-        future: asyncio.Future[Doc] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Doc] = loop.create_future()
         self._waiting.append(_Request(text, component_cfg, future))
-        if not self._draining:
-            self._draining = True
-            asyncio.get_running_loop().create_task(self._drain())
+        if self._draining is None:
+            self._draining = loop.create_task(self._drain())
         return await future
 
     async def _drain(self) -> None:
-        """Annotate batch after batch while requests wait."""
+        """Annotate batch after batch while requests wait. However it ends (the event loop
+        cancelling it at shutdown included), no request is left waiting for ever."""
         try:
             while self._waiting:
                 batch = self._take()
-                if not batch:
-                    continue
-                self.batches += 1
-                loop = asyncio.get_running_loop()
-                found = await loop.run_in_executor(
-                    self._executor(), _annotate_batch, self.nlp, batch
-                )
-                for request, doc in zip(batch, found, strict=True):
-                    if request.future.done():  # cancelled meanwhile: dropped
-                        continue
-                    if isinstance(doc, Exception):
-                        request.future.set_exception(doc)
-                    else:
-                        request.future.set_result(doc)
+                if batch:
+                    await self._annotate(batch)
         finally:
-            self._draining = False
+            self._draining = None
+            for request in self._waiting:  # only where the loop cancelled this task
+                request.future.cancel()
+            self._waiting.clear()
+
+    async def _annotate(self, batch: list[_Request]) -> None:
+        """Annotate ``batch`` in a worker thread and answer each of its requests."""
+        self.batches += 1
+        loop = asyncio.get_running_loop()
+        try:
+            found = await loop.run_in_executor(self._executor(), _annotate_batch, self.nlp, batch)
+        except Exception as error:  # not annotated (the worker threads shut down): said so
+            found = [error] * len(batch)
+        except BaseException:  # this task cancelled: the batch's requests too
+            for request in batch:
+                request.future.cancel()
+            raise
+        for request, doc in zip(batch, found, strict=True):
+            if request.future.done():  # cancelled meanwhile: dropped
+                continue
+            if isinstance(doc, Exception):
+                request.future.set_exception(doc)
+            else:
+                request.future.set_result(doc)
 
     def _take(self) -> list[_Request]:
         """The next batch: the first request still awaited and those awaited with the same
