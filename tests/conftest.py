@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import spacy
 from spacy.language import Language
 from spacy_accelerate_samples import ewt
 from spacy_accelerate_samples.pipelines import SAMPLES_ENV_VAR, ensure_sample
+
+from spacy_accelerate.options.config import Workload
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -46,6 +49,30 @@ def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None
 
     with pytest.MonkeyPatch.context() as patched:  # apart from the test's own monkeypatch
         patched.setattr(speed, "race", always_faster)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def overlap_untimed_unless_the_test_is_about_it(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``optimize()`` times overlap before it chooses (:mod:`spacy_accelerate.pipeline.
+    thread_split`): seconds on a real-size encoder, in most of the tests' calls. A test not
+    about overlap gets, untimed, the plan ``overlap=None`` gives where overlap does not pay
+    (off); ``overlap=True`` or ``False`` is as the caller asked. Tests marked
+    ``real_overlap`` time it as a user's call does."""
+    if request.node.get_closest_marker("real_overlap") is not None:
+        yield
+        return
+    from spacy_accelerate import api
+    from spacy_accelerate.pipeline import thread_split
+
+    def untimed(nlp: Language, overlap: bool | None, *, workload: Workload, **options: object):
+        if overlap is not None or workload is Workload.DOCUMENTS:  # decided with no timing
+            return thread_split.plan_overlap(nlp, overlap, workload=workload, **options)
+        plan = thread_split.plan_overlap(nlp, False, workload=workload, **options)
+        return dataclasses.replace(plan, why="not timed (a test not about overlap)", asked=None)
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(api, "plan_overlap", untimed)
         yield
 
 

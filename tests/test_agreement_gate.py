@@ -379,6 +379,7 @@ def test_a_saved_pipeline_keeps_its_bounds_and_its_auto_choice(
     assert "auto" in (tmp_path / "saved" / "config.cfg").read_text()
 
 
+@pytest.mark.slow
 def test_the_reference_is_pytorch_fp32_even_where_another_transformer_is_accelerated(
     samples_root: Path, cache_dir: Path, ewt_texts: list[str]
 ):

@@ -286,6 +286,7 @@ def _mutated_copy(pristine: dict[str, Any], data: st.DataObject, root: Path) -> 
     return folder
 
 
+@pytest.mark.slow
 @fuzzed(2000)
 @given(data=st.data())
 def test_a_mutated_bundle_is_read_as_before_or_refused_with_a_bundle_error(

@@ -236,6 +236,7 @@ def _seconds_to_end_after_ctrl_c(command: list[str]) -> float:
     return ended
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_overlapped_pipe_is_as_prompt_as_without(
     sample_path: Callable[[str], Path], cache_dir: Path, texts: list[str], tmp_path: Path
 ):

@@ -67,7 +67,7 @@ def exit_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("way", list(WAYS))
-@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("openvino", marks=pytest.mark.slow)])
 def test_an_unfinished_overlapped_pipe_ends_with_the_callers_exit_status(
     sample_path: Callable[[str], Path], exit_cache: Path, provider: str, way: str
 ):

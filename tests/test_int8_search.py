@@ -365,6 +365,7 @@ def test_a_search_refused_on_accuracy_alone_says_the_annotation():
     assert isinstance(refused.value, AccuracyError)
 
 
+@pytest.mark.slow
 def test_both_backends_search_through_the_one_int8_search(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -85,6 +85,7 @@ def test_texts_at_the_edges_give_what_pytorch_gives(
     assert isinstance(expected[1], Exception) and not isinstance(expected[3], Exception)
 
 
+@pytest.mark.slow
 def test_bf16_keeps_token_cosine(
     sample_path: Callable[[str], Path], texts: list[str], cache_dir: Path
 ):
@@ -467,6 +468,7 @@ def _no_quantization(*args: object, **kwargs: object) -> None:
     raise AssertionError("a warm start must not quantize")
 
 
+@pytest.mark.slow
 def test_int8_within_a_looser_agreement_is_served_and_its_plan_recorded(
     sample_path: Callable[[str], Path],
     texts: list[str],

@@ -50,7 +50,17 @@ def many_texts(ewt_texts: list[str]) -> list[str]:
 ON_PYTORCH = {"trf-base"}
 
 
-@pytest.mark.parametrize("name", SAMPLE_NAMES)
+#: The larger samples' runs are left to the slow tier (the small ones cover every stage).
+SLOW_SAMPLES = {"trf-base", "st-minilm"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_SAMPLES else name
+        for name in SAMPLE_NAMES
+    ],
+)
 def test_overlap_gives_the_same_documents_in_the_same_order(
     name: str, sample_path: Callable[[str], Path], cache_dir: Path, many_texts: list[str]
 ):

@@ -24,6 +24,9 @@ from spacy_curated_transformers.models.listeners import (
     scalar_weighting_listener_forward,
 )
 
+#: Scoring both references on all of EWT test takes about a minute: the slow tier's.
+pytestmark = pytest.mark.slow
+
 #: Gold scores compared with the recorded ones, and how far (1 point) they may be off.
 SCORES = ("tag_acc", "dep_uas", "dep_las", "ents_f")
 TOLERANCE = 0.01

@@ -116,7 +116,7 @@ def _int8_verdict(nlp: Language, cache_dir: Path, min_cosine: float, verify: boo
     return f"served, plan {_proxy(nlp).exported.record.plan}"
 
 
-@pytest.mark.parametrize("verify", [True, False])
+@pytest.mark.parametrize("verify", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_a_verdict_does_not_depend_on_what_the_cache_held(
     roberta: Language, tmp_path: Path, verify: bool
 ):

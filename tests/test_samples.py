@@ -354,6 +354,7 @@ def test_registry_names_every_sample() -> None:
     assert set(CURATED_SAMPLE_NAMES) == old | set(NEW_CURATED)
 
 
+@pytest.mark.slow
 def test_trf_base_has_the_shape_of_en_core_web_trf(sample_path: Callable[[str], Path]) -> None:
     from spacy_accelerate.architectures import detect_architecture
     from spacy_accelerate.pipeline.components import find_transformer_components

@@ -5,7 +5,7 @@ that stops waiting behave as :mod:`spacy_accelerate.runtime.shared_calls` says."
 
 from __future__ import annotations
 
-import signal
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +46,9 @@ class Runtime:
     def __call__(self, feeds: Mapping[str, torch.Tensor], names: Sequence[str]) -> list:
         self.calls.append(feeds["input_ids"])
         self.entered.set()
-        assert self.gate.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while not self.gate.wait(0.05):  # in turns: an exception raised into it lands
+            assert time.monotonic() < deadline
         if (feeds["input_ids"] == self.bad).any():
             raise ValueError(f"id {self.bad} cannot be run")
         return [feeds["input_ids"].unsqueeze(-1).float() * 10]
@@ -131,7 +133,33 @@ def test_a_full_queue_refuses_at_once(monkeypatch: pytest.MonkeyPatch):
 
 
 class Interrupted(Exception):
-    """Raised in the main thread while it waits, as Ctrl-C would be."""
+    """Raised into a waiting caller's thread, as Ctrl-C would be into the main thread."""
+
+
+def _raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
+    """Raise ``error`` in ``thread`` when it next runs Python code: a thread blocked in a
+    wait never does, so this is also what a signal given to another thread amounts to."""
+    assert thread.ident is not None
+    raised = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(error)
+    )
+    assert raised == 1
+
+
+def _caller(shared: SharedCalls, runtime: Runtime, row: list[int]) -> tuple:
+    """A daemon thread calling ``shared.run`` on ``row`` and what it got (outputs or the
+    exception); a daemon, so that one blocked for ever cannot hold the process at exit."""
+    got: list = []
+
+    def call() -> None:
+        try:
+            got.append(shared.run(runtime, _feeds(row), ("out",))[0])
+        except BaseException as error:
+            got.append(error)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread, got
 
 
 def test_a_caller_that_stops_waiting_costs_nothing_more():
@@ -139,18 +167,11 @@ def test_a_caller_that_stops_waiting_costs_nothing_more():
     runtime.gate.clear()
     first, _ = _in_threads(shared, runtime, [[2]])
     assert runtime.entered.wait(timeout=60)
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted()
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with pytest.raises(Interrupted):
-            shared.run(runtime, _feeds([77, 78]), ("out",))  # waits: the runtime is busy
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    waiter, got = _caller(shared, runtime, [77, 78])  # waits: the runtime is busy
+    _when(lambda: len(shared._waiting) == 1)
+    _raise_in(waiter, Interrupted)
+    waiter.join(timeout=30)
+    assert len(got) == 1 and isinstance(got[0], Interrupted), got
     assert len(shared._waiting) == 0
     threads, results = _in_threads(shared, runtime, [[3]])
     _when(lambda: len(shared._waiting) == 1)
@@ -208,3 +229,30 @@ def test_concurrent_nlp_calls_share_the_encoders_runs_and_annotate_as_alone(serv
         thread.join()
     assert together == served.alone
     assert served.runs == 2  # the first alone, the seven others together
+
+
+def test_a_leader_stopped_in_its_run_hands_its_batch_on():
+    # Ctrl-C in the thread running a shared batch left the batch's other callers waiting
+    # for ever: their outputs never came, and no one else ran their rows.
+    shared, runtime = SharedCalls(PAD), Runtime()
+    runtime.gate.clear()
+    first, _ = _in_threads(shared, runtime, [[2]])
+    assert runtime.entered.wait(timeout=60)
+    leader, got = _caller(shared, runtime, [7])
+    _when(lambda: len(shared._waiting) == 1)  # waits first: it leads the next batch
+    threads, results = _in_threads(shared, runtime, [[3], [4, 5]])
+    _when(lambda: len(shared._waiting) == 3)
+    runtime.entered.clear()
+    runtime.gate.set()  # the first call ends; the leader runs the shared batch
+    runtime.gate.clear()
+    assert runtime.entered.wait(timeout=60)
+    _raise_in(leader, KeyboardInterrupt)
+    leader.join(timeout=30)
+    assert len(got) == 1 and isinstance(got[0], KeyboardInterrupt), got
+    runtime.gate.set()
+    for thread in first + threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert results[0][0, :, 0].tolist() == [30.0]
+    assert results[1][0, :, 0].tolist() == [40.0, 50.0]
+    assert all((call != 7).all() for call in runtime.calls[2:])  # its rows never run again

@@ -19,6 +19,8 @@ from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.stage_times import Breakdown, Stage, StageKind, breakdown
 from spacy_accelerate.pipeline.thread_split import sample_texts
 
+pytestmark = pytest.mark.real_overlap  # about the overlap timing itself
+
 #: Per-word seconds measured on the Xeon (2 CPUs): minilm-ewt's light encoder and heavy
 #: heads, trf-base's heavy encoder and light heads (benchmarks/results/overlap-*.json).
 HEAVY_HEADS = (65e-6, 13e-6, 103e-6)

@@ -193,9 +193,9 @@ def test_concurrent_requests_are_annotated_together_without_a_lock(
         thread.join()
     assert [answer.status_code for answer in answers] == [200] * len(texts)
     assert [[t["dep"] for t in a.json()["tokens"]] for a in answers] == expected
-    # The first request starts at once (with any that arrived before its batch started);
-    # all the others, arriving while it runs, as one batch.
-    assert len(sizes) == 2 and sum(sizes) == len(texts), sizes
+    # The first request starts at once, with any that reached the event loop before its
+    # batch started (at times all of them); all the others, waiting meanwhile, as one batch.
+    assert len(sizes) <= 2 and sum(sizes) == len(texts), sizes
 
 
 def test_without_the_library_each_request_runs_nlp_in_a_thread(

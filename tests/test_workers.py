@@ -77,7 +77,7 @@ def test_n_process_on_minilm_ewt_accelerated_auto_is_one_process_split_in_two(
     assert "auto" not in str(found["served"])  # auto chose a concrete plan
 
 
-@pytest.mark.parametrize("start", ["fork", "forkserver"])
+@pytest.mark.parametrize("start", ["fork", pytest.param("forkserver", marks=pytest.mark.slow)])
 def test_each_worker_runs_on_its_share_of_the_parents_threads(
     sample_path: Callable[[str], Path], cache_dir: Path, ewt_texts: list[str], start: str
 ):

@@ -60,7 +60,7 @@ def _growth(sample: Path, cache: Path, provider: str, keep: str) -> float:
     return rss["after"] - rss["before"]
 
 
-@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("openvino", marks=pytest.mark.slow)])
 def test_a_long_request_gives_its_memory_back(
     sample_path: Callable[[str], Path], tmp_path: Path, provider: str
 ):

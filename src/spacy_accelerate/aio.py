@@ -56,22 +56,30 @@ class _Request:
     future: asyncio.Future[Doc]
 
 
-def _annotate_batch(nlp: Language, batch: list[_Request]) -> list[Doc | Exception]:
-    """Each request's document, or the error annotating it raised (in a worker thread)."""
-    config = batch[0].component_cfg
-    if len(batch) > 1:
+def annotate_each(
+    nlp: Language, texts: list[str | Doc], component_cfg: Config | None = None
+) -> list[Doc | Exception]:
+    """Each text's document, or the error annotating it raised: the texts annotated as one
+    ``nlp.pipe`` batch, and where that raises, one by one, so that an error reaches only
+    the text that caused it. A batcher's worker (here, or a Ray Serve ``@serve.batch``
+    method) calls it in a thread."""
+    if len(texts) > 1:
         try:
-            texts = [request.text for request in batch]
-            return list(nlp.pipe(texts, batch_size=len(batch), component_cfg=config))
+            return list(nlp.pipe(texts, batch_size=len(texts), component_cfg=component_cfg))
         except Exception:
-            pass  # annotated one by one below: the error reaches its own request
+            pass  # annotated one by one below: the error reaches its own text
     found: list[Doc | Exception] = []
-    for request in batch:
+    for text in texts:
         try:
-            found.append(nlp(request.text, component_cfg=config))
+            found.append(nlp(text, component_cfg=component_cfg))
         except Exception as error:
             found.append(error)
     return found
+
+
+def _annotate_batch(nlp: Language, batch: list[_Request]) -> list[Doc | Exception]:
+    """Each request's document, or the error annotating it raised (in a worker thread)."""
+    return annotate_each(nlp, [request.text for request in batch], batch[0].component_cfg)
 
 
 class RequestBatches:

@@ -42,6 +42,8 @@ from spacy_accelerate.runtime.cancellation import is_cancellable
 
 #: Calls that may wait for the runtime at once; one more is refused.
 MAX_WAITING = 256
+#: How often a waiting caller looks for a signal (Ctrl-C) meant for it.
+SIGNAL_CHECK_SECONDS = 0.1
 #: The most rows (spans) one shared run takes: more wait for the next run.
 MAX_ROWS = 64
 
@@ -86,6 +88,10 @@ class _Call:
         self.outputs, self.error = outputs, error
         self.woken.set()
 
+    @property
+    def delivered(self) -> bool:
+        return self.outputs is not None or self.error is not None
+
     def result(self) -> list[torch.Tensor]:
         if self.error is not None:
             raise self.error
@@ -120,44 +126,56 @@ class SharedCalls:
         if self._pid != os.getpid():
             self._start()
         call = _Call(run, feeds, tuple(names))
+        try:
+            self._enter(call)
+            # In turns: a blocked wait is interrupted only by a signal the kernel gives
+            # this very thread, and with many threads it may give Ctrl-C to another one,
+            # which then runs only when this thread is back in Python.
+            while call.lead is None and not call.woken.wait(SIGNAL_CHECK_SECONDS):
+                pass
+            if call.lead is not None:
+                self._serve(call)
+        except BaseException:  # stopped waiting, at any point: nothing left to the others
+            self._leave(call)
+            raise
+        return call.result()
+
+    def _enter(self, call: _Call) -> None:
+        """Lead a batch of ``call`` alone where the runtime is idle; else wait in the queue."""
         with self._lock:
             if self._busy:
                 if len(self._waiting) >= MAX_WAITING:
                     raise queue_full("calls are waiting for the accelerated transformer")
                 self._waiting.append(call)
             else:
+                call.lead = [call]  # before busy: a leaver hands on a batch it leads
                 self._busy = True
-                call.lead = [call]
-        if call.lead is None:
-            self._wait(call)
-        if call.lead is not None:
-            self._serve(call.lead)
-        return call.result()
 
-    def _wait(self, call: _Call) -> None:
-        """Until ``call`` has its outputs or a batch to run; a caller that stops waiting
-        leaves the queue (never to be given a batch), handing on a batch it was given."""
-        try:
-            call.woken.wait()
-        except BaseException:
-            with self._lock:
-                call.gone = True
-                if call in self._waiting:
-                    self._waiting.remove(call)
-                given, leader = call.lead, None
-                if given is not None:
-                    leader = self._lead_next([other for other in given if other is not call])
-            if leader is not None:
-                leader.woken.set()
-            raise
+    def _leave(self, call: _Call) -> None:
+        """``call``'s caller stopped waiting: it leaves the queue (never to be given a batch
+        from then on), handing on a batch it was given and had not started."""
+        with self._lock:
+            call.gone = True
+            if call in self._waiting:
+                self._waiting.remove(call)
+            given, call.lead = call.lead, None
+            leader = None
+            if given is not None:
+                leader = self._lead_next([other for other in given if other is not call])
+        if leader is not None:
+            leader.woken.set()
 
-    def _serve(self, batch: list[_Call]) -> None:
-        """Run ``batch``, give each call its outputs, and hand the next batch on."""
+    def _serve(self, call: _Call) -> None:
+        """Run the batch ``call`` leads, give each call its outputs, and hand on the next
+        batch: the calls of this one left without outputs (the run interrupted in this
+        thread) or the next waiting."""
+        batch, call.lead = call.lead or [], None
         try:
             self._run_batch(batch)
         finally:
             with self._lock:
-                leader = self._lead_next(self._take())
+                left = [other for other in batch if other is not call and not other.delivered]
+                leader = self._lead_next(left or self._take())
             if leader is not None:
                 leader.woken.set()
 
