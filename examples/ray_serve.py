@@ -24,14 +24,13 @@ them (its limits, its 400 answers saying why).
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import spacy
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from web_service import MAX_BODY_BYTES, refusal
+from web_service import text_in
 
 from spacy_accelerate import cpu_budget
 from spacy_accelerate.aio import annotate_each
@@ -66,18 +65,9 @@ class Annotator:
         ]
 
     async def __call__(self, request: Request) -> JSONResponse:
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            message = f"the request body is over {MAX_BODY_BYTES} bytes"
-            return JSONResponse({"error": message}, status_code=413)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            return JSONResponse({"error": 'send JSON: {"text": "..."}'}, status_code=400)
-        text = body.get("text") if isinstance(body, dict) else None
-        message = refusal(text)
-        if message is not None:
-            return JSONResponse({"error": message}, status_code=400)
+        text = text_in(await request.body())
+        if isinstance(text, JSONResponse):
+            return text
         answer = await self.annotate(text)
         return JSONResponse(answer, status_code=500 if "error" in answer else 200)
 

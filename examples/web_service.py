@@ -148,13 +148,11 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     yield
 
 
-async def annotate(request: Request) -> JSONResponse:
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            message = f"the request body is over {MAX_BODY_BYTES} bytes"
-            return JSONResponse({"error": message}, status_code=413)
+def text_in(raw: bytes) -> str | JSONResponse:
+    """The text a request's body asks to annotate, or the answer refusing it, saying why."""
+    if len(raw) > MAX_BODY_BYTES:
+        message = f"the request body is over {MAX_BODY_BYTES} bytes"
+        return JSONResponse({"error": message}, status_code=413)
     try:
         body = json.loads(raw)
     except ValueError:
@@ -163,6 +161,18 @@ async def annotate(request: Request) -> JSONResponse:
     message = refusal(text)
     if message is not None:
         return JSONResponse({"error": message}, status_code=400)
+    return text
+
+
+async def annotate(request: Request) -> JSONResponse:
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            break  # not read further: refused as too long
+    text = text_in(bytes(raw))
+    if isinstance(text, JSONResponse):
+        return text
     try:
         return JSONResponse(await request.app.state.annotate(text))
     except QueueFull as error:

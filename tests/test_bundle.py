@@ -356,7 +356,7 @@ def test_a_spacy_package_wheel_installed_elsewhere_loads_accelerated_with_no_exp
     assert not cache.exists()
 
 
-@pytest.mark.parametrize("provider", ["cpu", "openvino"])
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("openvino", marks=pytest.mark.slow)])
 def test_a_bundled_load_with_a_read_only_home_and_pipeline_serves_and_writes_nothing(
     sample_path: Callable[[str], Path],
     cache_dir: Path,

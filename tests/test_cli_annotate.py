@@ -88,6 +88,7 @@ def test_fields_known_to_the_command_are_the_librarys():
     assert tuple(annotate_cli.KNOWN_FIELDS) == tuple(FIELDS)
 
 
+@pytest.mark.slow  # a local Ray instance
 def test_a_jsonl_corpus_comes_back_as_one_parquet_file_every_row_once(
     local_ray: None,
     roberta: Path,
@@ -132,6 +133,7 @@ def test_a_jsonl_corpus_comes_back_as_one_parquet_file_every_row_once(
     assert not list(output.parent.glob(".*partial"))  # written beside it, then renamed
 
 
+@pytest.mark.slow  # a local Ray instance
 def test_a_text_file_comes_back_as_one_jsonl_file(
     local_ray: None,
     roberta: Path,
@@ -165,6 +167,7 @@ def test_a_text_file_comes_back_as_one_jsonl_file(
         assert row["error"] is None and row["pos"] and row["sents"]
 
 
+@pytest.mark.slow  # a local Ray instance
 def test_a_missing_text_column_is_one_error_line(
     local_ray: None, roberta: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):

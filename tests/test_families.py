@@ -54,7 +54,17 @@ class Outcome:
         self.accelerated = run(nlp, texts, BATCH_SIZE)
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+#: Built for this test alone, and the largest: the slow tier's (BERT is covered by st-bert).
+SLOW_FAMILIES = {"st-minilm"}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_FAMILIES else name
+        for name in FAMILIES
+    ],
+)
 def outcome(
     request: pytest.FixtureRequest,
     samples_root: Path,

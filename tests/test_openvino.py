@@ -739,6 +739,7 @@ def _plan_settings(session: Any) -> str:
     return f"{settings['INFERENCE_PRECISION_HINT']}, groups of {group}"
 
 
+@pytest.mark.slow
 def test_calibration_texts_are_part_of_the_key_and_only_their_digest_is_saved(
     sample_path: Callable[[str], Path], texts: list[str], cache_dir: Path, tmp_path: Path
 ):

@@ -282,3 +282,38 @@ def test_a_forked_child_reads_back_weights_whose_lock_a_parents_thread_held(
     holder.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_from_disk_of_its_own_folder_rewritten_loads_the_new_weights(
+    roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
+):
+    # issue 61's leftover: the weights about to be replaced were read back from the
+    # rewritten folder first, and its changed digest refused the load.
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
+    other = spacy.load(tmp_path / "saved")
+    spacy_accelerate.restore(other)
+    with torch.no_grad():
+        for tensor in _pytorch(other).state_dict().values():
+            if tensor.is_floating_point():
+                tensor.mul_(1.01)
+    expected = _pytorch_outputs(other, texts)
+    other.to_disk(tmp_path / "saved")  # another pipeline's weights, in the parked folder
+    loaded.from_disk(tmp_path / "saved")
+    assert spacy_accelerate.is_optimized(loaded)
+    spacy_accelerate.restore(loaded)
+    _assert_identical(_pytorch_outputs(loaded, texts), expected)
+
+
+def test_a_failed_load_from_its_rewritten_folder_leaves_it_serving_as_before(
+    roberta: Language, cache_dir: Path, tmp_path: Path, texts: list[str]
+):
+    loaded = _saved_and_loaded(roberta, tmp_path / "saved")
+    before = _pytorch_outputs(loaded, texts)
+    model_file = _only_proxy(loaded).parking.source.path
+    model_file.write_bytes(model_file.read_bytes()[:-100])  # rewritten, and unreadable
+    with pytest.raises(Exception):  # noqa: B017 (whatever spaCy and torch raise)
+        loaded.from_disk(tmp_path / "saved")
+    assert spacy_accelerate.is_optimized(loaded)
+    _assert_identical(_pytorch_outputs(loaded, texts), before)
+    with pytest.raises(WeightsUnavailableError):  # its PyTorch weights are gone, as it says
+        spacy_accelerate.restore(loaded)

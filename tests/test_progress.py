@@ -160,6 +160,7 @@ def _int8(nlp: spacy.Language, texts: list[str], cache: Path) -> None:
 SEARCHING = "OpenVINO int8: quantizing with NNCF, racing and judging plans"
 
 
+@pytest.mark.slow
 def test_openvino_int8_says_its_steps_and_keeps_nncf_quiet_unless_verbose(
     sample_path: Callable[[str], Path],
     ewt_texts: list[str],

@@ -26,6 +26,7 @@ import ray
 # not one test's capsys buffer, closed when that test ends.
 import ray.data  # noqa: F401, E402
 import spacy
+from at_once import start_local_ray
 from spacy.tokens import DocBin
 from spacy.util import import_file
 from spacy_accelerate_samples import ewt
@@ -108,13 +109,7 @@ def _lines():
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[Any]:
     """One local Ray instance for the module (two CPUs, as the issue asks)."""
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    start_local_ray()
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False

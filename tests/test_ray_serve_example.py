@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import httpx
 import pytest
 import ray
 import spacy
+from at_once import at_once, start_local_ray
 from ray import serve
 
 import spacy_accelerate
@@ -49,14 +49,7 @@ def served(saved: Path) -> Iterator[tuple[str, Any]]:
     """The example's application on a local Ray (two CPUs, two replicas of one CPU each):
     its URL and the example's module."""
     sys.path.insert(0, str(EXAMPLES))
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        logging_level="ERROR",
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"working_dir": str(EXAMPLES)},
-    )
+    start_local_ray(runtime_env={"working_dir": str(EXAMPLES)})
     try:
         import ray_serve
 
@@ -90,11 +83,7 @@ def test_replicas_answer_concurrent_requests_as_the_pipeline_annotates_each_alon
     def post(index: int) -> None:
         answers[index] = httpx.post(url, json={"text": texts[index]}, timeout=120)
 
-    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(post, len(texts))
     assert [answer.status_code for answer in answers] == [200] * len(texts)
     got = [answer.json() for answer in answers]
     assert [

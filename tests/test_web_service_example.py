@@ -4,7 +4,6 @@ and answers 400 to text it will not annotate, before annotating it."""
 from __future__ import annotations
 
 import importlib.util
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from types import ModuleType
 
 import pytest
 import spacy
+from at_once import at_once
 from starlette.testclient import TestClient
 
 import spacy_accelerate
@@ -186,11 +186,7 @@ def test_concurrent_requests_are_annotated_together_without_a_lock(
     def post(index: int) -> None:
         answers[index] = client.post("/annotate", json={"text": texts[index]})
 
-    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(texts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(post, len(texts))
     assert [answer.status_code for answer in answers] == [200] * len(texts)
     assert [[t["dep"] for t in a.json()["tokens"]] for a in answers] == expected
     # The first request starts at once, with any that reached the event loop before its

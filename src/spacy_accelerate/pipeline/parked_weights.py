@@ -39,6 +39,7 @@ bit-identical outputs (``tests/test_parked_weights.py``).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import io
 import logging
@@ -321,6 +322,19 @@ class ParkedWeights:
                 self.module.load_state_dict(state, assign=True)
                 self._device = None
             return self.module
+
+    def room_for_a_load(self) -> torch.nn.Module:
+        """A copy of the module whose parked state is uninitialised memory (never read
+        back), for a load that writes every entry of it: where the parked state can no
+        longer be read (its folder rewritten). The module itself stays parked."""
+        with self._lock:
+            room = copy.deepcopy(self.module)  # parked: shapes only, nothing copied
+            device = self._device
+        if device is not None:
+            state = room.state_dict()
+            empty = {name: torch.empty_like(t, device=device) for name, t in state.items()}
+            room.load_state_dict(empty, assign=True)  # non-persistent buffers kept as held
+        return room
 
     @contextmanager
     def briefly_resident(self) -> Iterator[torch.nn.Module]:

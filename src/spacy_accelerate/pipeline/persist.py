@@ -36,13 +36,15 @@ from typing import Any
 from spacy.language import Language
 
 from spacy_accelerate.cache.root import resolve_cache_dir
+from spacy_accelerate.errors import WeightsUnavailableError
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.layer_mix import remove_layer_mixes
 from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
-from spacy_accelerate.pipeline.patch import unpatch
+from spacy_accelerate.pipeline.patch import patch, unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
-from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.pipeline.swap import swap_module
 from spacy_accelerate.pipeline.training_guard import remove_training_guards
 
 logger = logging.getLogger("spacy_accelerate")
@@ -88,10 +90,13 @@ def weights_folder(nlp: Language, folder: Path | None, kwargs: Mapping[str, Any]
     """``folder`` where ``from_disk``/``to_disk`` (called with ``kwargs``) read or wrote the
     transformers' weights there: not where ``exclude`` left a transformer out, whose file
     there holds other weights than the pipeline's."""
+    return None if excludes_a_transformer(nlp, kwargs) else folder
+
+
+def excludes_a_transformer(nlp: Language, kwargs: Mapping[str, Any]) -> bool:
+    """Whether a load or save called with ``kwargs`` leaves a transformer of ``nlp`` out."""
     excluded = set(kwargs.get("exclude", ()))
-    if excluded & {component.name for component in transformer_components(nlp)}:
-        return None
-    return folder
+    return bool(excluded & {component.name for component in transformer_components(nlp)})
 
 
 @dataclass(frozen=True)
@@ -114,14 +119,18 @@ class ReoptimizeAfterLoading:
     from_file: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Language:
-        unpatch_all(self.nlp)
+        unreadable = self._unpatch(kwargs)
         request = self.request
         if self.from_file:
             request = callers_request(request, kwargs.get("overrides"))
         try:
             loaded = getattr(type(self.nlp), self.method)(self.nlp, *args, **kwargs)
         except BaseException:
-            self._settle(request)
+            if unreadable:  # their old weights are gone: they serve on, as before the call
+                for location, proxy in unreadable:
+                    patch(location, proxy)
+            else:
+                self._settle(request)
             raise
         folder = Path(args[0]) if self.method == "from_disk" and args else None
         folder = weights_folder(self.nlp, folder, kwargs)
@@ -131,6 +140,25 @@ class ReoptimizeAfterLoading:
             restore(self.nlp)
             raise
         return loaded
+
+    def _unpatch(self, kwargs: Mapping[str, Any]) -> list[tuple[ShimLocation, Any]]:
+        """Put every PyTorch transformer back before the load. One whose parked weights
+        can no longer be read back (their folder rewritten, as by saving another pipeline
+        there) but which this load replaces gets uninitialised room for them instead: it
+        is returned with its proxy, to be put back should the load fail."""
+        replaced = not excludes_a_transformer(self.nlp, kwargs)
+        unreadable = []
+        for component in transformer_components(self.nlp):
+            location = find_shim(component)
+            try:
+                unpatch(location)
+            except WeightsUnavailableError:
+                proxy = location.shim._model
+                if not replaced or proxy.parking is None:
+                    raise
+                swap_module(location.layer, proxy.parking.room_for_a_load())
+                unreadable.append((location, proxy))
+        return unreadable
 
     def _settle(self, request: OptimizeRequest) -> None:
         """After a failed load: accelerated again as recorded, or plain."""
