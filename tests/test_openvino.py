@@ -812,6 +812,7 @@ def test_too_few_calibration_tokens_are_refused_before_any_work(
     assert not cache_dir.exists() or not any(cache_dir.iterdir())
 
 
+@pytest.mark.slow
 def test_a_plan_judged_with_a_component_disabled_does_not_serve_the_whole_pipeline(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -10,15 +10,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import spacy
 import torch
 from annotations import annotations
+from at_once import at_once
 
 import spacy_accelerate
+from spacy_accelerate.backends.onnxruntime.session import EncoderSession
 from spacy_accelerate.errors import QueueFullError
+from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.runtime import shared_calls as module
+from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.shared_calls import SharedCalls
 
 PAD = 1
@@ -256,3 +261,25 @@ def test_a_leader_stopped_in_its_run_hands_its_batch_on():
     assert results[0][0, :, 0].tolist() == [30.0]
     assert results[1][0, :, 0].tolist() == [40.0, 50.0]
     assert all((call != 7).all() for call in runtime.calls[2:])  # its rows never run again
+
+
+def test_calls_of_a_dynamic_int8_model_never_run_together(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+):
+    # ONNX Runtime's int8 scales a call's activations together: a document's outputs
+    # would depend on the documents beside it, where alone they did not.
+    int8 = ResolvedProvider(Provider.CPU, Precision.INT8)
+    assert not EncoderSession.rows_independent.fget(SimpleNamespace(provider=int8))
+    fp32 = ResolvedProvider(Provider.CPU, Precision.FP32)
+    assert EncoderSession.rows_independent.fget(SimpleNamespace(provider=fp32))
+    (proxy,) = spacy_accelerate.accelerated_components(served.nlp).values()
+    monkeypatch.setattr(type(proxy.session), "rows_independent", property(lambda _: False))
+    monkeypatch.delattr(proxy.session, "run_tensors")  # the fixture's wait for sharing
+    together: list = [None] * len(served.texts)
+
+    def annotate(index: int) -> None:
+        together[index] = annotations(served.nlp(served.texts[index]))
+
+    at_once(annotate, len(served.texts))
+    assert together == served.alone
+    assert served.runs == 0  # every call ran directly, alone

@@ -1,6 +1,6 @@
 """``nlp.pipe`` of an accelerated pipeline: spaCy's own, run in worker processes that share
-the CPUs (:mod:`.workers`), or with the transformer overlapping the components behind it
-(:mod:`.overlap`)."""
+the CPUs (the CPU budget's :meth:`~spacy_accelerate.cpu_budget.CpuBudget.sharing`), or with
+the transformer overlapping the components behind it (:mod:`.overlap`)."""
 
 from __future__ import annotations
 

@@ -180,8 +180,13 @@ class AcceleratedModule(torch.nn.Module):
             ]
         self.spec.check_length(ids.shape[1])
         check_cancelled()  # an overlapped pipe's helper told to stop (.cancellation)
-        # Concurrent callers' calls run together while the runtime is busy (.shared_calls).
-        outputs = self.shared_calls.run(self._own_session().run_tensors, feeds, names)
+        # Concurrent callers' calls run together while the runtime is busy (.shared_calls),
+        # where each row's outputs are its own whatever the others (not dynamic int8).
+        session = self._own_session()
+        if session.rows_independent:
+            outputs = self.shared_calls.run(session.run_tensors, feeds, names)
+        else:
+            outputs = session.run_tensors(feeds, names)
         return [tensor.to(ids.device) for tensor in outputs]
 
     def _own_session(self) -> Session:

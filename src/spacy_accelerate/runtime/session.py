@@ -41,6 +41,14 @@ class Session(Protocol):
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
 
+    @property
+    def rows_independent(self) -> bool:
+        """Whether each row of a call gets the outputs it gets alone, whatever the other
+        rows: what lets concurrent callers' calls run as one
+        (:mod:`~spacy_accelerate.runtime.shared_calls`). Not where the model scales a
+        call's activations together (ONNX Runtime's dynamic int8)."""
+        ...
+
     def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
         """The requested outputs as host arrays, run the way the proxy runs them."""
         ...

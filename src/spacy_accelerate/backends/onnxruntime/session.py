@@ -33,7 +33,7 @@ from spacy_accelerate.backends.onnxruntime.provider_options import (
     import_onnxruntime,
 )
 from spacy_accelerate.errors import Advice, EngineBuildError, SpacyAccelerateError
-from spacy_accelerate.options.config import OptimizeConfig, Provider
+from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider
 from spacy_accelerate.runtime.cancellation import runtime_call
 from spacy_accelerate.runtime.length_groups import run_by_length
 from spacy_accelerate.runtime.providers import ResolvedProvider
@@ -161,6 +161,12 @@ class EncoderSession:
         self.input_names: tuple[str, ...] = tuple(i.name for i in self._session.get_inputs())
         self.output_names: tuple[str, ...] = tuple(o.name for o in self._session.get_outputs())
         self.runner: TensorRunner = make_runner(self._session, ort, config, layout)
+
+    @property
+    def rows_independent(self) -> bool:
+        """Not under int8: ONNX Runtime's int8 is dynamic, each call's activations scaled
+        together, so a row's outputs depend on the rows beside it."""
+        return self.provider.precision is not Precision.INT8
 
     def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
         """The requested outputs as host arrays, run the way the proxy runs (buckets and

@@ -364,6 +364,12 @@ class OpenVINOSession:
         self.input_names = self.runner.input_names
         self.output_names = tuple(port.any_name for port in self.compiled.outputs)
 
+    @property
+    def rows_independent(self) -> bool:
+        """Always: OpenVINO's int8 is static (scales fixed at calibration), so a row's
+        outputs never depend on the rows beside it."""
+        return True
+
     def run(self, inputs: EncoderInputs, outputs: Sequence[str]) -> list[np.ndarray]:
         return self.runner.run_arrays(inputs.feeds(self.input_names), outputs)
 
