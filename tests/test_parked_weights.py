@@ -317,3 +317,38 @@ def test_a_failed_load_from_its_rewritten_folder_leaves_it_serving_as_before(
     _assert_identical(_pytorch_outputs(loaded, texts), before)
     with pytest.raises(WeightsUnavailableError):  # its PyTorch weights are gone, as it says
         spacy_accelerate.restore(loaded)
+
+
+def test_a_copy_made_while_another_thread_reads_the_weights_back_is_whole(
+    roberta: Language, cache_dir: Path, texts: list[str]
+):
+    # issue 61's leftover: copy.deepcopy copied the module outside the lock, then its park
+    # record under it; a read-back between the two left a copy of meta tensors recorded
+    # as holding its weights.
+    expected = _pytorch_outputs(roberta, texts)
+    spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
+    proxy = _only_proxy(roberta)
+    source, reading, release = proxy.parking.source, threading.Event(), threading.Event()
+
+    class SlowSource:  # the real source, its read held until the copy has started
+        where = source.where
+
+        def read(self, device: torch.device) -> dict[str, torch.Tensor]:
+            reading.set()
+            release.wait(timeout=60)
+            return source.read(device)
+
+    proxy.parking.source = SlowSource()
+    reader = threading.Thread(target=proxy.parking.resident)
+    reader.start()
+    assert reading.wait(timeout=60)
+    copies: list[Language] = []
+    copier = threading.Thread(target=lambda: copies.append(copy.deepcopy(roberta)))
+    copier.start()
+    copier.join(timeout=0.5)
+    release.set()
+    reader.join(timeout=60)
+    copier.join(timeout=60)
+    (copied,) = copies
+    spacy_accelerate.restore(copied)
+    _assert_identical(_pytorch_outputs(copied, texts), expected)

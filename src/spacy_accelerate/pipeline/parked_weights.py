@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import srsly
 import torch
@@ -376,9 +376,13 @@ class ParkedWeights:
         made._device, made._digest = device, digest
         return made
 
-    def copy_for(self, module: torch.nn.Module) -> ParkedWeights:
-        """The same source for a copy of the module (``copy.deepcopy`` of the proxy)."""
+    def deep_copy(self, memo: dict[int, Any]) -> ParkedWeights:
+        """A copy of the module (``copy.deepcopy``, parked state as shapes only) and of this
+        record, with the same source and a lock of its own. Both are copied under the lock,
+        so that a read-back or a parking in another thread is never half in the copy (a
+        module copied parked, recorded as holding its weights)."""
         with self._lock:
+            module = copy.deepcopy(self.module, memo)
             return ParkedWeights.parked_with(module, self.source, self._device, self._digest)
 
 

@@ -261,16 +261,12 @@ class AcceleratedModule(torch.nn.Module):
         return ()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedModule:
-        # The session is immutable and thread-safe: copies share it.
-        clone = type(self)(
-            self.session,
-            self.spec,
-            copy.deepcopy(self._shell, memo),  # parked weights stay parked, their source shared
-            self.provenance,
-            *self._rebuild_args(),
-        )
-        if self.parking is not None:
-            clone.parking = self.parking.copy_for(clone.shell)
+        # The session is immutable and thread-safe: copies share it. Parked weights stay
+        # parked in the copy, their source shared.
+        parking = self.parking.deep_copy(memo) if self.parking is not None else None
+        shell = parking.module if parking is not None else copy.deepcopy(self._shell, memo)
+        clone = type(self)(self.session, self.spec, shell, self.provenance, *self._rebuild_args())
+        clone.parking = parking
         clone.opened_in = self.opened_in  # a copy made in a fork still holds the parent's
         clone.train(self.training)
         memo[id(self)] = clone
