@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
+from spacy_accelerate.backends.openvino.mapped_weights import FileId, file_ids, give_back
 from spacy_accelerate.cpu_features import (
     BF16_FLAGS,
     INT8_KERNEL_FLAGS,
@@ -274,12 +275,17 @@ class OpenVINOLayout(SessionLayout):
 
 
 class OpenVINORunner:
-    """Torch tensors in, torch tensors out, through one infer request per thread."""
+    """Torch tensors in, torch tensors out, through one infer request per thread. The
+    files OpenVINO mapped the model from (``mapped``) have their pages given back after
+    the first inference, and after a release of working memory
+    (:mod:`.mapped_weights`)."""
 
-    def __init__(self, compiled: Any) -> None:
+    def __init__(self, compiled: Any, mapped: frozenset[FileId] = frozenset()) -> None:
         self.compiled = compiled
         self.input_names = tuple(port.any_name for port in compiled.inputs)
         self._local = threading.local()
+        self.mapped = mapped
+        self._mapped_resident = bool(mapped)
 
     def _request(self) -> Any:
         request = getattr(self._local, "request", None)
@@ -307,6 +313,7 @@ class OpenVINORunner:
             self.compiled.release_memory()
         except RuntimeError:
             return
+        self._mapped_resident = bool(self.mapped)  # repacking may have read them again
 
     def run_whole(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> list[np.ndarray]:
         """One inference over the whole padded batch; the arrays are the request's own
@@ -314,6 +321,9 @@ class OpenVINORunner:
         request = self._request()
         with runtime_call(request.cancel):  # a helper told to stop aborts it
             request.infer({name: feeds[name] for name in self.input_names})
+        if self._mapped_resident:  # packed at this first inference: the originals go
+            self._mapped_resident = False
+            give_back(self.mapped)
         return [request.get_tensor(name).data for name in names]
 
     def run(
@@ -344,7 +354,10 @@ class OpenVINOSession:
         core = ov.Core()
         if cache_dir is not None:
             core.set_property({"CACHE_DIR": str(cache_dir)})
+        # What OpenVINO maps: the IR's weights, and a compiled blob it imports.
+        mapped = [] if cache_dir is None else [cache_dir]
         if isinstance(model, Path):
+            mapped.append(model.with_suffix(".bin"))
             model = core.read_model(str(model))
         # Compiled from the model, not its path: OpenVINO then keys the blob by the model's
         # content, so the blob made while the entry was built (in a temporary folder) is
@@ -360,7 +373,7 @@ class OpenVINOSession:
         self.provider = provider
         self.config = config
         self.layout = layout
-        self.runner = OpenVINORunner(self.compiled)
+        self.runner = OpenVINORunner(self.compiled, file_ids(mapped))
         self.input_names = self.runner.input_names
         self.output_names = tuple(port.any_name for port in self.compiled.outputs)
 
