@@ -50,7 +50,7 @@ from spacy_accelerate_samples.trained import (  # noqa: E402
     BENCHMARK_PIPELINES,
     load_benchmark_pipeline,
 )
-from traffic import traffic_rows  # noqa: E402
+from traffic import Variant, traffic_rows  # noqa: E402
 
 import spacy_accelerate  # noqa: E402
 from spacy_accelerate.cache.root import CACHE_ENV_VAR  # noqa: E402
@@ -209,6 +209,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--server-processes", nargs="+", type=int, default=[1, 2])
     parser.add_argument(
         "--skip", nargs="*", default=[], choices=["load", "latency", "long", "traffic"]
     )
@@ -236,7 +237,7 @@ def main() -> None:
             )
         if "traffic" not in args.skip:
             row["traffic"] = traffic_rows(
-                _traffic_variants(folders), kinds, args.clients, args.seconds
+                _traffic_variants(folders, args.server_processes), kinds, args.clients, args.seconds
             )
         report[pipeline] = row
         print(json.dumps({pipeline: row}, indent=1, default=str), flush=True)
@@ -245,12 +246,23 @@ def main() -> None:
     print(f"written to {output}")
 
 
-def _traffic_variants(folders: dict[str, Path]) -> dict[str, tuple[Path, bool]]:
-    """The load run's variants: the plain folder served without the library and with its
-    batching, then every accelerated folder."""
-    accelerated = {variant: (folder, False) for variant, folder in folders.items()}
-    plain = accelerated.pop(PLAIN)[0]
-    return {"plain service": (plain, True), "plain, batched": (plain, False), **accelerated}
+def _traffic_variants(folders: dict[str, Path], processes: list[int]) -> dict[str, Variant]:
+    """The load run's variants, each served by every count of ``processes``: the plain
+    folder without the library and with its batching, then every accelerated folder as
+    served today; each accelerated folder also one request at a time in one process, as
+    the example served before issue 61."""
+    accelerated = dict(folders)
+    plain = accelerated.pop(PLAIN)
+    served = {"plain service": (plain, "plain"), "plain, batched": (plain, "library")}
+    served.update({variant: (folder, "library") for variant, folder in accelerated.items()})
+    variants = {
+        f"{name}, {count} process{'es' if count > 1 else ''}": Variant(folder, mode, count)
+        for name, (folder, mode) in served.items()
+        for count in processes
+    }
+    for variant, folder in accelerated.items():
+        variants[f"{variant}, one at a time (before issue 61)"] = Variant(folder, "locked")
+    return variants
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """A closed-loop load run against ``examples/web_service.py`` under uvicorn (issue 61, item
 3), for ``benchmarks/serving.py``.
 
-Each variant is served by a fresh uvicorn process on 127.0.0.1 (one worker, the machine's
-CPUs), then ``clients`` coroutines each send held-out texts one after the other over
-HTTP for ``seconds`` (a bounded count each), for 1, 8 and 32 clients, sentences and
-paragraphs: requests per second, p50 and p99 latency, errors, and the server's RSS at the
-end. The variants:
+Each variant is served by fresh uvicorn processes on 127.0.0.1 (one worker with the
+machine's CPUs, or several sharing them), then ``clients`` coroutines each send held-out
+texts one after the other over HTTP for ``seconds`` (a bounded count each), for 1, 8 and
+32 clients, sentences and paragraphs: requests per second, p50 and p99 latency, errors,
+and the server's RSS at the end (its worker processes' included). The variants:
 
 - ``plain service``: the plain pipeline served as a plain spaCy user serves it, the same
   example with the library not installed (``nlp(text)`` in Starlette's thread pool);
 - ``plain, batched``: the plain pipeline with the library installed, the requests in
   flight annotated together the same way (``aio.annotate``): the fair rival;
-- each accelerated plan's saved folder, served by the same example.
+- each accelerated plan's saved folder, served by the same example, and served one
+  request at a time as the example did before issue 61 (the baseline of its targets).
+
+The server is ``traffic_server.py``.
 """
 
 from __future__ import annotations
@@ -24,20 +27,22 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+BENCHMARKS = Path(__file__).resolve().parent
 
-#: argv: the port, whether the library may be imported ("plain" hides it).
-SERVER = """
-import sys
-if sys.argv[2] == "plain":
-    sys.modules["spacy_accelerate"] = None  # as where it is not installed
-sys.path.insert(0, sys.argv[3])
-import uvicorn, web_service
-uvicorn.run(web_service.app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
-"""
+
+@dataclass(frozen=True)
+class Variant:
+    """How one variant is served: its saved folder, ``traffic_server.py``'s mode and how
+    many uvicorn worker processes share the machine's CPUs (each given its share through
+    the example's ``SPACY_THREADS``)."""
+
+    folder: Path
+    mode: str
+    processes: int = 1
 
 
 def _free_port() -> int:
@@ -47,35 +52,49 @@ def _free_port() -> int:
 
 
 def _rss_mib(pid: int) -> float:
+    """The resident memory of ``pid`` and every process under it (uvicorn's workers)."""
+    total = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+            total += int(line.split()[1]) / 1024
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += _rss_mib(int(child))
+    return total
 
 
 class Server:
-    """``examples/web_service.py`` on ``folder`` in a uvicorn process of its own."""
+    """``examples/web_service.py`` on a variant's folder, in uvicorn processes of its own."""
 
-    def __init__(self, folder: Path, plain_service: bool) -> None:
+    def __init__(self, variant: Variant) -> None:
         self.port = _free_port()
-        env = {**os.environ, "SPACY_PIPELINE": str(folder)}
-        mode = "plain" if plain_service else "library"
-        command = [sys.executable, "-c", SERVER, str(self.port), mode, str(EXAMPLES)]
+        env = {**os.environ, "SPACY_PIPELINE": str(variant.folder), "TRAFFIC_MODE": variant.mode}
+        if variant.processes > 1:
+            env["SPACY_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // variant.processes))
+        command = [
+            *(sys.executable, "-m", "uvicorn", "traffic_server:app", "--app-dir", str(BENCHMARKS)),
+            *("--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"),
+            *("--workers", str(variant.processes)),
+        ]
         self.process = subprocess.Popen(command, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def wait_ready(self, timeout: float = 600) -> None:
+    def wait_ready(self, processes: int, timeout: float = 600) -> None:
+        """Until each of the ``processes`` workers has answered (its pipeline loaded)."""
         import httpx
 
-        deadline = time.monotonic() + timeout
+        deadline, answered = time.monotonic() + timeout, set()
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server on {self.url} ended: {self.process.returncode}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
+                with httpx.Client() as fresh:  # a new connection: any worker may take it
+                    answered.add(fresh.get(f"{self.url}/pid", timeout=2).json()["pid"])
+                time.sleep(0.1)
             except httpx.HTTPError:
                 time.sleep(0.5)
+            if len(answered) >= processes:
+                return
         raise RuntimeError(f"the server on {self.url} did not start in {timeout} s")
 
     def stop(self) -> None:
@@ -123,18 +142,18 @@ def _row(latencies: list[float], errors: int, wall: float) -> dict[str, Any]:
 
 
 def traffic_rows(
-    variants: dict[str, tuple[Path, bool]],
+    variants: dict[str, Variant],
     kinds: dict[str, list[str]],
     clients: list[int],
     seconds: float,
 ) -> dict[str, Any]:
-    """Every variant (its folder, and whether it is served as a plain spaCy service) under
-    every load, one server process a variant, after an untimed pass of each kind."""
+    """Every variant under every load, one server a variant, after an untimed pass of each
+    kind."""
     report: dict[str, Any] = {}
-    for variant, (folder, plain_service) in variants.items():
-        server = Server(folder, plain_service)
+    for name, variant in variants.items():
+        server = Server(variant)
         try:
-            server.wait_ready()
+            server.wait_ready(variant.processes)
             rows: dict[str, Any] = {}
             for kind, texts in kinds.items():
                 asyncio.run(_closed_loop(server.url, texts, 4, 1e9, 5))  # warm
@@ -142,8 +161,8 @@ def traffic_rows(
                     found = asyncio.run(_closed_loop(server.url, texts, count, seconds, 400))
                     rows[f"{kind}, {count} clients"] = _row(*found)
             rows["server_rss_mib"] = _rss_mib(server.process.pid)
-            report[variant] = rows
-            print(json.dumps({variant: rows}, indent=1), flush=True)
+            report[name] = rows
+            print(json.dumps({name: rows}, indent=1), flush=True)
         finally:
             server.stop()
     return report

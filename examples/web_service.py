@@ -55,7 +55,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import spacy
+import torch
+from confection import ConfigValidationError
 from spacy.language import Language
+from spacy.tokens import Doc
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -117,28 +120,48 @@ def refusal(text: object) -> str | None:
     return None
 
 
+def load(pipeline: str, threads: int | None) -> Language:
+    """The pipeline, running on ``threads`` threads (None: every CPU it may use): an
+    accelerated one's runtime through its saved ``optimize()`` settings, PyTorch's where
+    the folder is not accelerated (or the library is not installed)."""
+    if threads is None:
+        return spacy.load(pipeline)
+    torch.set_num_threads(threads)
+    try:
+        return spacy.load(
+            pipeline, config={"nlp": {"after_pipeline_creation": {"threads": threads}}}
+        )
+    except ConfigValidationError:  # no optimize() settings: a plain pipeline
+        return spacy.load(pipeline)
+
+
 class Annotator:
     """The pipeline, loaded once per process, called by every request."""
 
     def __init__(self, pipeline: str, threads: int | None) -> None:
-        overrides = {"nlp": {"after_pipeline_creation": {"threads": threads}}} if threads else {}
-        self.nlp: Language = spacy.load(pipeline, config=overrides)
+        self.nlp: Language = load(pipeline, threads)
 
     async def __call__(self, text: str) -> dict[str, Any]:
         if aio is None:  # a plain spaCy service: one nlp(text) per request, in a thread
             doc = await run_in_threadpool(self.nlp, text)
         else:
             doc = await aio.annotate(self.nlp, text)
-        return {
-            "tokens": [
-                {"text": t.text, "tag": t.tag_, "pos": t.pos_, "dep": t.dep_, "head": t.head.i}
-                for t in doc
-            ],
-            "entities": [
-                {"text": e.text, "label": e.label_, "start": e.start_char, "end": e.end_char}
-                for e in doc.ents
-            ],
-        }
+        return annotations(doc)
+
+
+def annotations(doc: Doc) -> dict[str, Any]:
+    """What a request gets back: each token's tag, part of speech and dependency, and the
+    entities."""
+    return {
+        "tokens": [
+            {"text": t.text, "tag": t.tag_, "pos": t.pos_, "dep": t.dep_, "head": t.head.i}
+            for t in doc
+        ],
+        "entities": [
+            {"text": e.text, "label": e.label_, "start": e.start_char, "end": e.end_char}
+            for e in doc.ents
+        ],
+    }
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 import spacy
+import torch
 from at_once import at_once
 from starlette.testclient import TestClient
 
@@ -203,3 +204,21 @@ def test_without_the_library_each_request_runs_nlp_in_a_thread(
     answer = client.post("/annotate", json={"text": ewt_texts[0]})
     assert answer.status_code == 200
     assert [t["dep"] for t in answer.json()["tokens"]] == [t.dep_ for t in nlp(ewt_texts[0])]
+
+
+def test_a_plain_folder_is_served_on_the_threads_asked_for(
+    sample_path: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, ewt_texts: list[str]
+):
+    # SPACY_THREADS on a folder saved without the library's settings (a plain pipeline,
+    # as several worker processes serve it) once failed to start: its override named a
+    # config section only an accelerated pipeline has.
+    example = _example()
+    monkeypatch.setenv(example.PIPELINE_ENV, str(sample_path("roberta")))
+    monkeypatch.setenv(example.THREADS_ENV, "1")
+    threads = torch.get_num_threads()
+    try:
+        with TestClient(example.app) as client:
+            assert not spacy_accelerate.is_optimized(client.app.state.annotate.nlp)
+            assert client.post("/annotate", json={"text": ewt_texts[0]}).status_code == 200
+    finally:
+        torch.set_num_threads(threads)  # the example set PyTorch's (in the app's thread)

@@ -13,8 +13,9 @@ over each read-only mapping of those files): the mapping stays, so a page OpenVI
 again comes back from the file, unchanged, on its own. Under the bf16 hint no page came
 back over shapes from one row of 7 pieces to 32 rows of 300, and the outputs stayed
 bit-identical; under f32 the plugin reads some originals in place, and they come back as it
-does (measured: docs/performance.md, "One model copy on OpenVINO"). The pages stay in the
-system's page cache, shared by every process mapping the file, and reclaimable.
+does (measured: docs/performance.md, "Issue 61: one model copy on OpenVINO"). The pages
+stay in the system's page cache, shared by every process mapping the file, and
+reclaimable.
 
 Linux only (``/proc/self/maps``); elsewhere nothing is given back.
 """
