@@ -55,7 +55,7 @@ def int8_speed_as_the_test_says(request: pytest.FixtureRequest) -> Iterator[None
 @pytest.fixture(autouse=True)
 def overlap_untimed_unless_the_test_is_about_it(request: pytest.FixtureRequest) -> Iterator[None]:
     """``optimize()`` times overlap before it chooses (:mod:`spacy_accelerate.pipeline.
-    thread_split`): seconds on a real-size encoder, in most of the tests' calls. A test not
+    overlap_plan`): seconds on a real-size encoder, in most of the tests' calls. A test not
     about overlap gets, untimed, the plan ``overlap=None`` gives where overlap does not pay
     (off); ``overlap=True`` or ``False`` is as the caller asked. Tests marked
     ``real_overlap`` time it as a user's call does."""
@@ -63,12 +63,12 @@ def overlap_untimed_unless_the_test_is_about_it(request: pytest.FixtureRequest) 
         yield
         return
     from spacy_accelerate import api
-    from spacy_accelerate.pipeline import thread_split
+    from spacy_accelerate.pipeline import overlap_plan
 
     def untimed(nlp: Language, overlap: bool | None, *, workload: Workload, **options: object):
         if overlap is not None or workload is Workload.DOCUMENTS:  # decided with no timing
-            return thread_split.plan_overlap(nlp, overlap, workload=workload, **options)
-        plan = thread_split.plan_overlap(nlp, False, workload=workload, **options)
+            return overlap_plan.plan_overlap(nlp, overlap, workload=workload, **options)
+        plan = overlap_plan.plan_overlap(nlp, False, workload=workload, **options)
         return dataclasses.replace(plan, why="not timed (a test not about overlap)", asked=None)
 
     with pytest.MonkeyPatch.context() as patched:

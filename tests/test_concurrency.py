@@ -1,7 +1,7 @@
 """The caller's process as it was found (issue 53): torch's threads after and between the
 documents of overlapped ``nlp.pipe`` calls (interleaved, nested, concurrent, abandoned,
 collected), prompt ends, bounded memory, a confined budget (the overlap plan decided once
-and kept: test_thread_split.py)."""
+and kept: test_overlap_plan.py)."""
 
 from __future__ import annotations
 

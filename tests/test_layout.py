@@ -369,3 +369,29 @@ def test_a_function_with_many_parameters_is_caught():
     assert many_parameters(f"class C:\n    def m(self, {eight}):\n        pass") == []
     nested = f"def outer():\n    def inner(*, {nine}):\n        pass"
     assert many_parameters(nested) == [("outer.inner", 9)]
+
+
+def _names_for_type_checkers(init: Path) -> dict[str, str]:
+    """The names ``spacy_accelerate/__init__.py`` imports under ``TYPE_CHECKING``, with
+    the module each comes from."""
+    tree = ast.parse(init.read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+    )
+    return {
+        alias.name: str(statement.module)
+        for statement in block.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+
+
+def test_the_public_names_are_listed_alike_in_all_three_places():
+    import spacy_accelerate
+
+    init = Path(spacy_accelerate.__file__)
+    assert _names_for_type_checkers(init) == spacy_accelerate._SOURCES
+    # __all__ stays a literal (linters read it), checked against the same list.
+    assert sorted(spacy_accelerate.__all__) == sorted(["__version__", *spacy_accelerate._SOURCES])

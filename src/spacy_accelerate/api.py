@@ -42,6 +42,7 @@ from spacy_accelerate.pipeline.components import (
 )
 from spacy_accelerate.pipeline.judging import CalibrationSources, agreement_judge
 from spacy_accelerate.pipeline.layer_mix import install_layer_mixes
+from spacy_accelerate.pipeline.overlap_plan import plan_overlap
 from spacy_accelerate.pipeline.parking import park_served_weights
 from spacy_accelerate.pipeline.patch import (
     accelerated_components,
@@ -64,7 +65,6 @@ from spacy_accelerate.pipeline.persist import (
 from spacy_accelerate.pipeline.proxy import make_proxy
 from spacy_accelerate.pipeline.recording import record_probe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
-from spacy_accelerate.pipeline.thread_split import plan_overlap
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.provision.bundle import (

@@ -20,8 +20,8 @@ from spacy_accelerate.api import accelerated_components
 from spacy_accelerate.bench.baselines import PyTorch, Variant
 from spacy_accelerate.cpu_budget import OverlapCost, available_cpus
 from spacy_accelerate.pipeline.layer_mix import listeners_own_weighting
+from spacy_accelerate.pipeline.overlap_plan import cost_of
 from spacy_accelerate.pipeline.stage_times import Breakdown, breakdown
-from spacy_accelerate.pipeline.thread_split import cost_of
 
 
 def breakdowns(

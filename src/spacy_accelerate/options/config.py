@@ -107,7 +107,7 @@ def parse_precision(value: str | Precision) -> Precision:
 
 #: Whether ``nlp.pipe`` overlaps the transformer with the components behind it unless
 #: told otherwise: None, where ``optimize()`` measures that it pays
-#: (:mod:`spacy_accelerate.pipeline.thread_split`).
+#: (:mod:`spacy_accelerate.pipeline.overlap_plan`).
 DEFAULT_OVERLAP: bool | None = None
 
 
@@ -133,7 +133,7 @@ class OptimizeConfig:
     fallback: bool = False
     #: Whether ``nlp.pipe`` runs the transformer in a helper thread while the components
     #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`);
-    #: None: where it measures a gain (:mod:`spacy_accelerate.pipeline.thread_split`).
+    #: None: where it measures a gain (:mod:`spacy_accelerate.pipeline.overlap_plan`).
     overlap: bool | None = DEFAULT_OVERLAP
     #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).

@@ -241,7 +241,7 @@ class OptimizeRequest(OptimizeOptions):
     calibration_sha256: str | None = None
     calibration_count: int | None = None
     #: Whether ``nlp.pipe`` overlaps, and the runtime's threads under it, as ``optimize()``
-    #: decided (``thread_split.OverlapPlan.record``): a loaded pipeline serves the same plan,
+    #: decided (``overlap_plan.OverlapPlan.record``): a loaded pipeline serves the same plan,
     #: with no timing (None: none decided yet).
     overlap_plan: dict[str, Any] | None = field(default=None, metadata=LOAD_TIME)
 

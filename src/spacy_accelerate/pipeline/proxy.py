@@ -206,7 +206,7 @@ class AcceleratedModule(torch.nn.Module):
 
     def serve_on(self, threads: int) -> None:
         """Serve from a session of the same verified model on ``threads`` runtime threads
-        (the split of the CPUs under overlap, :mod:`.thread_split`)."""
+        (the split of the CPUs under overlap, :mod:`.overlap_plan`)."""
         if threads != self.session.config.intra_op_threads:
             self._reopen_with(replace(self.session.config, intra_op_threads=threads))
 

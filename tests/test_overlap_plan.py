@@ -1,4 +1,4 @@
-"""The runtime's share of the CPUs under overlap (``spacy_accelerate.pipeline.thread_split``)
+"""The runtime's share of the CPUs under overlap (``spacy_accelerate.pipeline.overlap_plan``)
 and the stage timings it is chosen from (``spacy_accelerate.pipeline.stage_times``)."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from spacy.language import Language
 import spacy_accelerate
 from spacy_accelerate import cpu_budget
 from spacy_accelerate.cpu_budget import OverlapCost
-from spacy_accelerate.pipeline import thread_split
+from spacy_accelerate.pipeline import overlap_plan
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.overlap_plan import sample_texts
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.pipeline.stage_times import Breakdown, Stage, StageKind, breakdown
-from spacy_accelerate.pipeline.thread_split import sample_texts
 
 pytestmark = pytest.mark.real_overlap  # about the overlap timing itself
 
@@ -92,8 +92,8 @@ def test_optimize_serves_on_the_measured_split_and_measures_a_predicted_gain(
         gains.append(runtime)
         return 1.01  # measured no gain, whatever the model predicted
 
-    monkeypatch.setattr(thread_split, "breakdown", timed)
-    monkeypatch.setattr(thread_split, "_measured_gain", gain)
+    monkeypatch.setattr(overlap_plan, "breakdown", timed)
+    monkeypatch.setattr(overlap_plan, "_measured_gain", gain)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
     assert len(measured) == 2 and gains == [1]  # a warm-up pass, timed, then both ways
@@ -116,7 +116,7 @@ def test_the_measured_gain_times_both_ways_on_the_real_pipeline(
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=False)
     proxies = list(spacy_accelerate.accelerated_components(nlp).values())
     before = [proxy.serving() for proxy in proxies]
-    gain = thread_split._measured_gain(nlp, proxies, 1, sample_texts(200))
+    gain = overlap_plan._measured_gain(nlp, proxies, 1, sample_texts(200))
     assert 0.1 < gain < 10
     assert [proxy.serving() for proxy in proxies] == before  # put back as it was
 
@@ -152,8 +152,8 @@ def _rows(component: str) -> list[str]:
 def test_no_predicted_gain_means_overlap_off_by_default(
     sample_path: Callable[[str], Path], cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(thread_split, "breakdown", lambda *a, **k: _times(*ENCODER_BOUND))
-    monkeypatch.setattr(thread_split, "_measured_gain", None)  # not timed both ways
+    monkeypatch.setattr(overlap_plan, "breakdown", lambda *a, **k: _times(*ENCODER_BOUND))
+    monkeypatch.setattr(overlap_plan, "_measured_gain", None)  # not timed both ways
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
     assert not nlp.pipe.overlap and _served_threads(nlp) == 2
@@ -174,8 +174,8 @@ def test_the_plan_is_measured_once_and_kept_by_saved_and_pickled_copies(
         timed.append(len(texts))
         return _times(*HEAVY_HEADS)
 
-    monkeypatch.setattr(thread_split, "breakdown", breakdown)
-    monkeypatch.setattr(thread_split, "_measured_gain", lambda *a: 1.3)
+    monkeypatch.setattr(overlap_plan, "breakdown", breakdown)
+    monkeypatch.setattr(overlap_plan, "_measured_gain", lambda *a: 1.3)
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir)
     assert nlp.pipe.overlap and _served_threads(nlp) == 1 and len(timed) == 2
