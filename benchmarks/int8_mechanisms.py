@@ -75,14 +75,14 @@ from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.export.onnx import export_onnx  # noqa: E402
 from spacy_accelerate.options.agreement import DEFAULT_AGREEMENT  # noqa: E402
 from spacy_accelerate.options.request import build_config  # noqa: E402
-from spacy_accelerate.pipeline.annotating import annotate  # noqa: E402
-from spacy_accelerate.pipeline.autocast import AutocastModule  # noqa: E402
 from spacy_accelerate.pipeline.components import find_transformer_components  # noqa: E402
 from spacy_accelerate.pipeline.patch import scoped  # noqa: E402
-from spacy_accelerate.pipeline.proxy import candidate_proxy  # noqa: E402
-from spacy_accelerate.pipeline.recording import record_calibration  # noqa: E402
 from spacy_accelerate.pipeline.shim import find_shim  # noqa: E402
+from spacy_accelerate.planning.annotating import annotate  # noqa: E402
+from spacy_accelerate.planning.autocast import AutocastModule  # noqa: E402
+from spacy_accelerate.planning.recording import record_calibration  # noqa: E402
 from spacy_accelerate.runtime.buckets import BucketPlan  # noqa: E402
+from spacy_accelerate.serving.proxy import candidate_proxy  # noqa: E402
 from spacy_accelerate.verify.agreement import compare  # noqa: E402
 
 
@@ -96,7 +96,7 @@ class Bench:
     def __init__(self, pipeline: str, heldout_sentences: int) -> None:
         self.nlp = load_benchmark_pipeline(pipeline)
         self.location = find_shim(find_transformer_components(self.nlp)[0])
-        self.module = self.location.pytorch_module
+        self.module = self.location.read_pytorch_module()
         self.detected = detect_architecture(self.module)
         self.spec = self.detected.spec
         self.work = Path(tempfile.mkdtemp(prefix="int8-mechanisms-"))

@@ -49,7 +49,7 @@ def export(pipeline: str, target: Path) -> None:
     from spacy_accelerate.pipeline.shim import find_shim
 
     nlp = spacy.load(ensure_sample(pipeline))
-    module = find_shim(find_transformer_components(nlp)[0]).pytorch_module
+    module = find_shim(find_transformer_components(nlp)[0]).read_pytorch_module()
     detected = detect_architecture(module)
     hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
     export_onnx(hf_model, detected.spec, target, opset=17)

@@ -5,7 +5,7 @@ same pipeline one after the other (``optimize(overlap=...)``).
         --output benchmarks/results/overlap-<machine>.json
 
 For each pipeline: first ``optimize()`` as asked (default ``auto``) with ``overlap`` left to
-it, and the plan it decided (:mod:`spacy_accelerate.pipeline.overlap_plan`); then
+it, and the plan it decided (:mod:`spacy_accelerate.planning.overlap_plan`); then
 ``overlap`` forced on (the runtime on the threads it measures) and off (every thread),
 switched before each pass, then the held-out EWT test documents annotated
 by ``nlp.pipe``, alternating, ``--repeats`` times; words per second over the whole call

@@ -63,7 +63,7 @@ def overlap_untimed_unless_the_test_is_about_it(request: pytest.FixtureRequest) 
         yield
         return
     from spacy_accelerate import api
-    from spacy_accelerate.pipeline import overlap_plan
+    from spacy_accelerate.planning import overlap_plan
 
     def untimed(nlp: Language, overlap: bool | None, *, workload: Workload, **options: object):
         if overlap is not None or workload is Workload.DOCUMENTS:  # decided with no timing

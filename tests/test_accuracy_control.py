@@ -28,8 +28,8 @@ from spacy_accelerate.options.gate import Gate, recorded_report_meets
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.components import find_transformer_components
-from spacy_accelerate.pipeline.judging import CalibrationSource
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.planning.judging import CalibrationSource
 from spacy_accelerate.verify.parity import read_pieces
 from spacy_accelerate.verify.plan_search import bisect_ladder
 from spacy_accelerate.verify.spot_check import spot_check_gate
@@ -125,7 +125,7 @@ def test_the_fewest_float_layers_that_pass_are_found_by_bisection(layers: int, f
 
 def exported_sample(sample_path: Callable[[str], Path], sample: str, folder: Path):
     nlp = spacy.load(sample_path(sample))
-    module = find_shim(find_transformer_components(nlp)[0]).pytorch_module
+    module = find_shim(find_transformer_components(nlp)[0]).read_pytorch_module()
     detected = detect_architecture(module)
     hf_model = detected.architecture.to_hugging_face(detected.encoder, detected.spec)
     path = folder / "model.onnx"

@@ -22,12 +22,12 @@ from spacy_accelerate.errors import Advice, AgreementError, PrecisionUnavailable
 from spacy_accelerate.options.agreement import DEFAULT_BOUNDS, Annotation, parse_min_agreement
 from spacy_accelerate.options.config import texts_digest
 from spacy_accelerate.options.request import OptimizeRequest, build_config
-from spacy_accelerate.pipeline import auto_precision, judging
-from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.components import find_transformer_components
-from spacy_accelerate.pipeline.judging import check_agreement
-from spacy_accelerate.pipeline.recording import builtin_texts, record_calibration
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.planning import auto_precision, judging
+from spacy_accelerate.planning.annotating import annotate
+from spacy_accelerate.planning.judging import check_agreement
+from spacy_accelerate.planning.recording import builtin_texts, record_calibration
 from spacy_accelerate.verify.agreement import (
     AUTOCAST_MARGIN,
     AgreementReport,
@@ -88,7 +88,7 @@ def calibrated(bert: Language):
     """The bert sample's calibration on the first built-in texts (about 1,500 tokens)."""
     component = find_transformer_components(bert)[0]
     location = find_shim(component)
-    spec = detect_architecture(location.pytorch_module).spec
+    spec = detect_architecture(location.read_pytorch_module()).spec
     texts = builtin_texts()[:40]
     return record_calibration(bert, location, spec, texts)
 
@@ -390,7 +390,7 @@ def test_the_reference_is_pytorch_fp32_even_where_another_transformer_is_acceler
     reference = list(nlp.pipe(texts, batch_size=32))
     component = find_transformer_components(nlp)[1]
     location = find_shim(component)
-    spec = detect_architecture(location.pytorch_module).spec
+    spec = detect_architecture(location.read_pytorch_module()).spec
     # The first transformer runs int8 (its entities change); the second one's calibration
     # must still compare with the pipeline on PyTorch fp32.
     spacy_accelerate.optimize(nlp, "cpu", "int8", cache_dir=cache_dir, min_agreement=0.5)

@@ -17,8 +17,8 @@ from spacy_accelerate.backends.base import ServeRequest
 from spacy_accelerate.backends.registry import check_provider
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.options.request import build_config
-from spacy_accelerate.pipeline.proxy import make_proxy
 from spacy_accelerate.provision.get_or_export import get_or_export
+from spacy_accelerate.serving.proxy import make_proxy
 from spacy_accelerate.verify.verification import random_rows
 
 

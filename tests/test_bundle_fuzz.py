@@ -84,7 +84,7 @@ def pristine(
     nlp.to_disk(folder)
     shutil.rmtree(cache)
     (transformer,) = find_transformer_components(nlp)
-    detected = detect_architecture(find_shim(transformer).pytorch_module)
+    detected = detect_architecture(find_shim(transformer).read_pytorch_module())
     component = transformer.name
     texts = ewt_texts[:6]
     return {

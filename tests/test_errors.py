@@ -241,9 +241,9 @@ def test_a_span_past_the_models_positions_is_refused_as_pytorch_refuses_it(
     assert longest == proxy.spec.max_position_embeddings - offset
     ids = torch.full((1, longest + 1), 5)
     with torch.no_grad():
-        proxy.original(ids[:, :longest])
+        proxy.read_original()(ids[:, :longest])
         with pytest.raises((IndexError, RuntimeError)):  # curated: IndexError, HF: RuntimeError
-            proxy.original(ids)
+            proxy.read_original()(ids)
         proxy(ids[:, :longest])
         with pytest.raises(InvalidInputError, match=f"{longest + 1} pieces is longer than"):
             proxy(ids)

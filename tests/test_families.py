@@ -25,8 +25,8 @@ from spacy_transformers.data_classes import TransformerData
 
 import spacy_accelerate
 from spacy_accelerate import InferenceOnlyError
-from spacy_accelerate.pipeline.proxy import AcceleratedEncoder, AcceleratedHFModel
 from spacy_accelerate.provision.get_or_export import Origin
+from spacy_accelerate.serving.proxy import AcceleratedEncoder, AcceleratedHFModel
 
 TOLERANCE = 1e-4
 DOCUMENTS = 40

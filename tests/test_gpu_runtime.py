@@ -56,7 +56,7 @@ ort = import_onnxruntime()
 
 
 def encoder_of(nlp: spacy.language.Language):
-    module = find_shim(find_transformer_components(nlp)[0]).pytorch_module
+    module = find_shim(find_transformer_components(nlp)[0]).read_pytorch_module()
     return module, detect_architecture(module)
 
 

@@ -34,8 +34,8 @@ from spacy_accelerate.errors import (
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.request import build_config
-from spacy_accelerate.pipeline import auto_precision
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
+from spacy_accelerate.planning import auto_precision
+from spacy_accelerate.serving.proxy import AcceleratedModule
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.parity import ParityReport
 from spacy_accelerate.verify.plan_search import Built, Int8Search, Quantizer

@@ -14,11 +14,11 @@ from annotations import disagreements, max_abs_diff, run
 import spacy_accelerate
 from spacy_accelerate.architectures import detect_architecture
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.recording import record_calls
-from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.planning.annotating import annotate
+from spacy_accelerate.planning.recording import record_calls
+from spacy_accelerate.planning.row_groups import call_in_row_groups
 from spacy_accelerate.runtime.length_groups import (
     GROUP_COST,
     LENGTH_MULTIPLE,
@@ -183,9 +183,9 @@ def test_the_calibration_reference_runs_grouped_and_keeps_pytorchs_results(
     texts = ewt_texts[:40]
     expected = annotate(nlp, texts, shortest_first=False)
     location = find_shim(transformer_components(nlp)[0])
-    spec = detect_architecture(location.pytorch_module).spec
+    spec = detect_architecture(location.read_pytorch_module()).spec
     ran: list[tuple[int, int]] = []
-    hook = location.pytorch_module.register_forward_pre_hook(
+    hook = location.read_pytorch_module().register_forward_pre_hook(
         lambda _module, args, kwargs: ran.append(tuple((args or [kwargs["input_ids"]])[0].shape)),
         with_kwargs=True,
     )
@@ -205,7 +205,7 @@ def test_a_call_whose_output_cannot_be_regrouped_runs_whole(sample_path: Callabl
     """Attention weights (rows, heads, positions, positions) do not regroup: the batch
     runs in one call, as spaCy made it; so does a model given no attention mask."""
     nlp = spacy.load(sample_path("st-bert"))
-    module = find_shim(transformer_components(nlp)[0]).pytorch_module.eval()
+    module = find_shim(transformer_components(nlp)[0]).read_pytorch_module().eval()
     mask = torch.from_numpy(masks_of([WIDTH] + [5] * 8))
     ids = torch.where(mask.bool(), 5, 0)
     widths: list[int] = []
@@ -236,7 +236,7 @@ def test_parity_references_run_grouped_and_keep_every_real_piece(
     """PyTorch's reference states for the parity check run the rows in groups of like
     length, as the served models do: the same at every real piece, less padding run."""
     nlp = spacy.load(sample_path("roberta"))
-    module = find_shim(transformer_components(nlp)[0]).pytorch_module
+    module = find_shim(transformer_components(nlp)[0]).read_pytorch_module()
     detected = detect_architecture(module)
     mask = masks_of([WIDTH] + [9] * 8)
     ids = np.where(mask.astype(bool), 7, detected.spec.padding_idx)

@@ -186,7 +186,7 @@ inherited = proxy.session
 
 def work(part):
     docs = [annotations(doc) for doc in nlp.pipe(part, batch_size=4)]
-    return docs, proxy.session is not inherited, proxy.opened_in == os.getpid()
+    return docs, proxy.session is not inherited, proxy.served.opened_in == os.getpid()
 
 single = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4)]
 double = [annotations(doc) for doc in nlp.pipe(texts, batch_size=4, n_process=2)]
@@ -197,7 +197,7 @@ print(json.dumps({
     "double": double,
     "forked": [docs for docs, _, _ in forked],
     "reopened": [fresh and own for _, fresh, own in forked],
-    "parent_kept": proxy.session is inherited and proxy.opened_in == os.getpid(),
+    "parent_kept": proxy.session is inherited and proxy.served.opened_in == os.getpid(),
 }))
 """
 

@@ -37,7 +37,7 @@ from spacy_accelerate.errors import (
     ProviderUnavailableError,
 )
 from spacy_accelerate.options.config import Precision, Provider, texts_digest
-from spacy_accelerate.pipeline.recording import builtin_texts
+from spacy_accelerate.planning.recording import builtin_texts
 from spacy_accelerate.provision import exports as shared_export
 from spacy_accelerate.provision import get_or_export as exported
 from spacy_accelerate.provision.bundle import BUNDLE_DIR

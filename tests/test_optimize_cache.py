@@ -15,8 +15,8 @@ import torch
 import spacy_accelerate
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.export.onnx import MODEL_FILE
-from spacy_accelerate.pipeline.proxy import AcceleratedEncoder
 from spacy_accelerate.provision import exports as shared_export
+from spacy_accelerate.serving.proxy import AcceleratedEncoder
 
 
 def optimize(nlp: spacy.language.Language, cache_dir: Path) -> AcceleratedEncoder:

@@ -1,4 +1,4 @@
-"""The transformer overlapping spaCy's components (``spacy_accelerate.pipeline.overlap``):
+"""The transformer overlapping spaCy's components (``spacy_accelerate.serving.overlap``):
 the same documents, in the same order, with the same annotations as one after the other;
 errors on either side in the caller's thread; no thread outlives the ``pipe`` call."""
 
@@ -17,9 +17,9 @@ from spacy.tokens import Doc
 from spacy_accelerate_samples.pipelines import SAMPLE_NAMES
 
 import spacy_accelerate
-from spacy_accelerate.pipeline import overlap as overlap_module
-from spacy_accelerate.pipeline.overlap import Stages
 from spacy_accelerate.pipeline.pipe import AcceleratedPipe
+from spacy_accelerate.serving import overlap as overlap_module
+from spacy_accelerate.serving.overlap import Stages
 
 HELPER = "spacy-accelerate-transformer"
 
@@ -197,10 +197,10 @@ def test_the_gate_judges_the_module_scoped_to_its_thread_not_the_served_one(
 ):
     # The agreement gate and calibration run a candidate in their own thread only: an
     # overlapped pass would run the served module in the helper thread instead.
-    from spacy_accelerate.pipeline.annotating import annotate
     from spacy_accelerate.pipeline.components import transformer_components
     from spacy_accelerate.pipeline.patch import scoped
     from spacy_accelerate.pipeline.shim import find_shim
+    from spacy_accelerate.planning.annotating import annotate
 
     (component,) = transformer_components(roberta)
     location = find_shim(component)

@@ -1,5 +1,5 @@
-"""The runtime's share of the CPUs under overlap (``spacy_accelerate.pipeline.overlap_plan``)
-and the stage timings it is chosen from (``spacy_accelerate.pipeline.stage_times``)."""
+"""The runtime's share of the CPUs under overlap (``spacy_accelerate.planning.overlap_plan``)
+and the stage timings it is chosen from (``spacy_accelerate.planning.stage_times``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from spacy.language import Language
 import spacy_accelerate
 from spacy_accelerate import cpu_budget
 from spacy_accelerate.cpu_budget import OverlapCost
-from spacy_accelerate.pipeline import overlap_plan
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.overlap_plan import sample_texts
 from spacy_accelerate.pipeline.shim import find_shim
-from spacy_accelerate.pipeline.stage_times import Breakdown, Stage, StageKind, breakdown
+from spacy_accelerate.planning import overlap_plan
+from spacy_accelerate.planning.overlap_plan import sample_texts
+from spacy_accelerate.planning.stage_times import Breakdown, Stage, StageKind, breakdown
 
 pytestmark = pytest.mark.real_overlap  # about the overlap timing itself
 
@@ -115,10 +115,10 @@ def test_the_measured_gain_times_both_ways_on_the_real_pipeline(
     nlp = spacy.load(sample_path("roberta"))
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=False)
     proxies = list(spacy_accelerate.accelerated_components(nlp).values())
-    before = [proxy.serving() for proxy in proxies]
+    before = [proxy.served.serving() for proxy in proxies]
     gain = overlap_plan._measured_gain(nlp, proxies, 1, sample_texts(200))
     assert 0.1 < gain < 10
-    assert [proxy.serving() for proxy in proxies] == before  # put back as it was
+    assert [proxy.served.serving() for proxy in proxies] == before  # put back as it was
 
 
 def test_the_breakdown_times_each_stage_and_leaves_the_module_in_place(

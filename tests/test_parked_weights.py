@@ -27,9 +27,9 @@ from spacy.language import Language
 
 import spacy_accelerate
 from spacy_accelerate import WeightsUnavailableError
-from spacy_accelerate.pipeline.parked_weights import SavedModelFile, TemporaryWeightsFile
 from spacy_accelerate.pipeline.patch import accelerated_components
 from spacy_accelerate.provision.get_or_export import Origin
+from spacy_accelerate.serving.parked_weights import SavedModelFile, TemporaryWeightsFile
 
 BATCH = 8
 
@@ -200,7 +200,8 @@ def test_saving_reads_the_weights_once_and_parks_them_again(
 ):
     spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)
     state = {
-        name: tensor.clone() for name, tensor in _only_proxy(roberta).original.state_dict().items()
+        name: tensor.clone()
+        for name, tensor in _only_proxy(roberta).read_original().state_dict().items()
     }
     spacy_accelerate.optimize(roberta, provider="cpu", cache_dir=cache_dir)  # parked again
     roberta.to_disk(tmp_path / "saved")

@@ -57,7 +57,7 @@ def texts(ewt_texts: list[str]) -> list[str]:
     return ewt_texts[:16]
 
 
-def _proxy(nlp: Language) -> spacy_accelerate.pipeline.proxy.AcceleratedModule:
+def _proxy(nlp: Language) -> spacy_accelerate.serving.proxy.AcceleratedModule:
     return spacy_accelerate.accelerated_components(nlp)["transformer"]
 
 
@@ -173,9 +173,11 @@ def test_parity_sees_the_span_markers_every_real_span_holds(
         config, spec, proxy.session.layout.buckets, ModelCache(cache_dir), proxy.exported.key
     )
     tampered = EncoderSession(entry / "model.onnx", proxy.session.provider, config, layout)
-    detected = spacy_accelerate.architectures.detect_architecture(proxy.original)
+    detected = spacy_accelerate.architectures.detect_architecture(proxy.read_original())
     gate = config.gate()
-    assert check_parity(proxy.original, detected, tampered, gate=gate, batches=[random]).passed
+    assert check_parity(
+        proxy.read_original(), detected, tampered, gate=gate, batches=[random]
+    ).passed
     # ... while it changes the annotations.
     spacy_accelerate.restore(roberta)
     with caplog.at_level(logging.WARNING, logger="spacy_accelerate"):

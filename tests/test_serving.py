@@ -16,8 +16,8 @@ from spacy.language import Language
 
 import spacy_accelerate
 from spacy_accelerate import InvalidOptionError
-from spacy_accelerate.pipeline import auto_precision
 from spacy_accelerate.pipeline.persist import CALLBACK_KEY
+from spacy_accelerate.planning import auto_precision
 
 
 def test_the_workload_round_trips_through_to_disk_and_load(

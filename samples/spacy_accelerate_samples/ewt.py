@@ -21,8 +21,8 @@ from spacy.vocab import Vocab
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.pipeline.components import find_transformer_components
-from spacy_accelerate.pipeline.recording import record_calls
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.planning.recording import record_calls
 
 DATA_ENV_VAR = "SPACY_ACCELERATE_DATA"
 SPLITS = ("train", "dev", "test")

@@ -35,14 +35,11 @@ from spacy_accelerate.options.config import (
 )
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
-from spacy_accelerate.pipeline.auto_precision import Candidate, Choice, choose
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
 )
-from spacy_accelerate.pipeline.judging import CalibrationSources, agreement_judge
 from spacy_accelerate.pipeline.layer_mix import install_layer_mixes
-from spacy_accelerate.pipeline.overlap_plan import plan_overlap
 from spacy_accelerate.pipeline.parking import park_served_weights
 from spacy_accelerate.pipeline.patch import (
     accelerated_components,
@@ -62,11 +59,13 @@ from spacy_accelerate.pipeline.persist import (
     restore,
     unpatch_all,
 )
-from spacy_accelerate.pipeline.proxy import make_proxy
-from spacy_accelerate.pipeline.recording import record_probe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
 from spacy_accelerate.pipeline.training_guard import install_training_guards
 from spacy_accelerate.pipeline.warmup import warm_up
+from spacy_accelerate.planning.auto_precision import Candidate, Choice, choose
+from spacy_accelerate.planning.judging import CalibrationSources, agreement_judge
+from spacy_accelerate.planning.overlap_plan import plan_overlap
+from spacy_accelerate.planning.recording import record_probe
 from spacy_accelerate.provision.bundle import (
     BUNDLE_DIR,
     Bundle,
@@ -82,6 +81,7 @@ from spacy_accelerate.provision.references import References
 from spacy_accelerate.provision.requirements import require_library, runtime_extras
 from spacy_accelerate.runtime.buckets import BucketPlan
 from spacy_accelerate.runtime.providers import ResolvedProvider
+from spacy_accelerate.serving.proxy import make_proxy
 from spacy_accelerate.verify.speed import NO_LIMITS, Limits
 from spacy_accelerate.verify.verification import Verification
 
@@ -190,7 +190,7 @@ def apply_config(
 def _record_choice(nlp: Language, choice: Choice) -> None:
     """Why ``auto`` serves each transformer, for ``accelerated_components`` as for the log."""
     for proxy in accelerated_components(nlp).values():
-        proxy.serve((proxy.session, replace(proxy.exported, auto_choice=choice.explain())))
+        proxy.served.serve((proxy.session, replace(proxy.exported, auto_choice=choice.explain())))
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class Target:
     @classmethod
     def of(cls, nlp: Language, component: Any) -> Target:
         location = find_shim(component)  # 2. find the shim
-        detected = detect_architecture(location.pytorch_module)  # 3. detect
+        detected = detect_architecture(location.read_pytorch_module())  # 3. detect
         guard(location)  # from here on, swaps wait for the batches in flight
         # What every model is checked on: random and control ids, and the pipeline's own
         # inputs on built-in text (recorded once, on PyTorch, before anything is swapped).
@@ -219,7 +219,7 @@ class Target:
             probe=record_probe(nlp, location, detected.spec),
         )
         held = functools.partial(exclusive, location)
-        references = References(location.pytorch_module, detected, held)
+        references = References(location.read_pytorch_module(), detected, held)
         return cls(component, location, detected, verification, references, SharedExport(detected))
 
 
@@ -260,7 +260,7 @@ class Accelerator:
         """Steps 6-9 for one transformer."""
         location, detected = target.location, target.detected
         spans = find_span_settings(target.component)
-        module = location.pytorch_module
+        module = location.read_pytorch_module()
         buckets = BucketPlan.for_pipeline(
             attempt.gpu, detected.spec, spans.window, spans.batch_size
         )
@@ -399,12 +399,12 @@ def _serve_bundled(
 ) -> tuple[str, ExportedModel]:
     """One transformer served from ``bundle`` (patched, warmed up)."""
     location = find_shim(component)
-    detected = detect_architecture(location.pytorch_module)
+    detected = detect_architecture(location.read_pytorch_module())
     guard(location)
     spans = find_span_settings(component)
     attempt, resolved = bundle.servable(location.component, config)  # Unservable: not here
     buckets = BucketPlan.for_pipeline(attempt.gpu, detected.spec, spans.window, spans.batch_size)
-    module = location.pytorch_module
+    module = location.read_pytorch_module()
     verification = Verification(window=spans.window)
     request = ServeRequest(module, detected, attempt, resolved, verification, buckets)
     session, exported = serve_bundled(bundle, location.component, request)

@@ -11,7 +11,7 @@ What it decides:
   (:meth:`CpuBudget.sharing`); a session opened or unpickled in a worker gets the parent's
   runtime threads divided among them (:meth:`CpuBudget.threads_each`).
 - **The runtime's threads under overlap and whether overlap pays**: one cost model
-  (:class:`OverlapCost`), read by ``optimize()`` (:mod:`spacy_accelerate.pipeline.overlap_plan`)
+  (:class:`OverlapCost`), read by ``optimize()`` (:mod:`spacy_accelerate.planning.overlap_plan`)
   and by ``spacy-accelerate bench``'s advice.
 - **torch's threads.** ``torch.set_num_threads`` sets the calling thread's OpenMP setting
   and, through ATen's lazily read default, that of every thread started later. The library

@@ -174,7 +174,7 @@ class InferenceOnlyError(SpacyAccelerateError, RuntimeError):
 
 class WeightsUnavailableError(SpacyAccelerateError, RuntimeError):
     """The PyTorch weights of an accelerated transformer, let go from memory while it is
-    served, cannot be read back (:mod:`spacy_accelerate.pipeline.parked_weights`)."""
+    served, cannot be read back (:mod:`spacy_accelerate.serving.parked_weights`)."""
 
 
 class AccuracyError(SpacyAccelerateError, RuntimeError):

@@ -24,9 +24,9 @@ from spacy_accelerate.errors import InvalidOptionError, ProviderUnavailableError
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
-from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.planning.autocast import AutocastModule
 
 
 class Variant(ABC):

@@ -1,5 +1,5 @@
 """Where a pipeline's time goes, PyTorch against accelerated, stage by stage
-(:mod:`~spacy_accelerate.pipeline.stage_times`), and what that means on more cores.
+(:mod:`~spacy_accelerate.planning.stage_times`), and what that means on more cores.
 
 Once the encoder is fast, spaCy's own components are what is left, and they run on one
 core whatever the runtime does. With overlap, one process annotates at most as fast as
@@ -20,8 +20,8 @@ from spacy_accelerate.api import accelerated_components
 from spacy_accelerate.bench.baselines import PyTorch, Variant
 from spacy_accelerate.cpu_budget import OverlapCost, available_cpus
 from spacy_accelerate.pipeline.layer_mix import listeners_own_weighting
-from spacy_accelerate.pipeline.overlap_plan import cost_of
-from spacy_accelerate.pipeline.stage_times import Breakdown, breakdown
+from spacy_accelerate.planning.overlap_plan import cost_of
+from spacy_accelerate.planning.stage_times import Breakdown, breakdown
 
 
 def breakdowns(

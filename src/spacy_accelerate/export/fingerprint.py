@@ -44,7 +44,7 @@ def weights_digest(module: torch.nn.Module) -> str:
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     """SHA256 over every tensor of a module's ``state`` (names, dtypes, shapes and bytes),
     in name order: :func:`weights_digest`, for a state read back without its module
-    (:mod:`spacy_accelerate.pipeline.parked_weights`). About 1.5 GB/s on one core."""
+    (:mod:`spacy_accelerate.serving.parked_weights`). About 1.5 GB/s on one core."""
     digest = hashlib.sha256()
     for name, tensor in sorted(state.items()):
         data = tensor.detach().to("cpu").contiguous()

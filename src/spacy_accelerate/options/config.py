@@ -107,7 +107,7 @@ def parse_precision(value: str | Precision) -> Precision:
 
 #: Whether ``nlp.pipe`` overlaps the transformer with the components behind it unless
 #: told otherwise: None, where ``optimize()`` measures that it pays
-#: (:mod:`spacy_accelerate.pipeline.overlap_plan`).
+#: (:mod:`spacy_accelerate.planning.overlap_plan`).
 DEFAULT_OVERLAP: bool | None = None
 
 
@@ -132,8 +132,8 @@ class OptimizeConfig:
     gpu: GpuOptions = GpuOptions()
     fallback: bool = False
     #: Whether ``nlp.pipe`` runs the transformer in a helper thread while the components
-    #: behind it annotate the batch before (:mod:`spacy_accelerate.pipeline.overlap`);
-    #: None: where it measures a gain (:mod:`spacy_accelerate.pipeline.overlap_plan`).
+    #: behind it annotate the batch before (:mod:`spacy_accelerate.serving.overlap`);
+    #: None: where it measures a gain (:mod:`spacy_accelerate.planning.overlap_plan`).
     overlap: bool | None = DEFAULT_OVERLAP
     #: The calibration texts of a lossy plan (None: the built-in sample, or only their
     #: digest is known: a saved pipeline, whose texts were never written to disk).

@@ -7,7 +7,7 @@ from enum import Enum
 
 class Precision(str, Enum):
     """The numeric precision of the exported model; ``auto``: the fastest plan here that
-    passes the accuracy gate (see :mod:`spacy_accelerate.pipeline.auto_precision`)."""
+    passes the accuracy gate (see :mod:`spacy_accelerate.planning.auto_precision`)."""
 
     FP32 = "fp32"
     FP16 = "fp16"

@@ -1,6 +1,7 @@
 """Which source each served transformer's PyTorch weights are parked with, and when.
 
-:mod:`.parked_weights` is the mechanism; this is the policy. After ``optimize()`` and
+:mod:`spacy_accelerate.serving.parked_weights` is the mechanism; this is the policy.
+After ``optimize()`` and
 after every load, each accelerated transformer's weights are parked: with the pipeline
 folder they were just loaded from where there is one (nothing written), else with a
 temporary file in the cache folder. ``nlp.to_disk`` reads them back before spaCy writes
@@ -19,14 +20,14 @@ from spacy.language import Language
 from thinc.api import Model
 
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.parked_weights import (
+from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.serving.parked_weights import (
     TemporaryWeightsFile,
     WeightsSource,
     return_freed_memory,
     saved_model_file,
 )
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
-from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.serving.proxy import AcceleratedModule
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -43,7 +44,7 @@ def park_served_weights(nlp: Language, folder: Path | None, scratch: Path) -> No
             continue
         source = _source(location, component.pipe.model, folder, proxy, scratch)
         if source is not None:
-            proxy.park(source)
+            proxy.original.park(source)
     return_freed_memory()
 
 
@@ -63,7 +64,7 @@ def _source(
         return parking.source  # holds these weights still (nothing moved them since)
     try:
         scratch.mkdir(parents=True, exist_ok=True)
-        return TemporaryWeightsFile.write(proxy.original, scratch)
+        return TemporaryWeightsFile.write(proxy.read_original(), scratch)
     except OSError as error:
         logger.info(
             "spacy-accelerate: %s keeps its PyTorch weights in memory beside the "
@@ -80,4 +81,4 @@ def read_back_weights(nlp: Language) -> None:
     for component in transformer_components(nlp):
         proxy = find_shim(component).module
         if isinstance(proxy, AcceleratedModule):
-            _ = proxy.original  # reads them back
+            _ = proxy.read_original()  # reads them back

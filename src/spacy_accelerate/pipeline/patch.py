@@ -26,7 +26,6 @@ from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.pipeline.swap import (
     held_exclusively,
@@ -34,6 +33,7 @@ from spacy_accelerate.pipeline.swap import (
     scoped_module,
     swap_module,
 )
+from spacy_accelerate.serving.proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 
 #: Set by spacy-curated-transformers on the wrapper before every call: whether
 #: the listeners read every layer or only the last one.
@@ -89,7 +89,7 @@ def unpatch(location: ShimLocation) -> bool:
     stays (:mod:`.swap`): it passes nothing to a PyTorch module and changes no result."""
     proxy = location.shim._model
     if isinstance(proxy, AcceleratedModule):
-        swap_module(location.layer, proxy.original)
+        swap_module(location.layer, proxy.read_original())
     return isinstance(proxy, AcceleratedModule)
 
 

@@ -1,6 +1,6 @@
 """``nlp.pipe`` of an accelerated pipeline: spaCy's own, run in worker processes that share
 the CPUs (the CPU budget's :meth:`~spacy_accelerate.cpu_budget.CpuBudget.sharing`), or with
-the transformer overlapping the components behind it (:mod:`.overlap`)."""
+the transformer overlapping the components behind it (:mod:`spacy_accelerate.serving.overlap`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from spacy.language import Language
 
 from spacy_accelerate.cpu_budget import BUDGET, available_cpus, worker_count
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.overlap import OverlappedPipe, Stages
 from spacy_accelerate.pipeline.patch import is_optimized
+from spacy_accelerate.serving.overlap import OverlappedPipe, Stages
 
 #: The ``nlp`` attribute that :class:`AcceleratedPipe` stands in for.
 PIPE_METHOD = "pipe"
@@ -24,7 +24,8 @@ class AcceleratedPipe:
     """Stands in for ``nlp.pipe``, with spaCy's signature and results. With ``n_process``
     other than 1: spaCy's own, the count of its workers recorded while it runs (each
     worker's share of threads). In one process, with ``overlap`` and two CPUs or more,
-    where a component follows the transformer: :class:`.overlap.OverlappedPipe`.
+    where a component follows the transformer:
+    :class:`spacy_accelerate.serving.overlap.OverlappedPipe`.
     Otherwise spaCy's ``pipe`` itself."""
 
     nlp: Language

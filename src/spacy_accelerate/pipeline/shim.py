@@ -23,7 +23,7 @@ from spacy_accelerate.pipeline.components import (
     HFTransformerPipe,
     TransformerComponent,
 )
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
+from spacy_accelerate.serving.proxy import AcceleratedModule
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,11 @@ class ShimLocation:
         """What the shim runs now: the PyTorch module or an accelerated proxy."""
         return self.shim._model
 
-    @property
-    def pytorch_module(self) -> torch.nn.Module:
+    def read_pytorch_module(self) -> torch.nn.Module:
         """The PyTorch module, also when a proxy stands in for it, with its weights (read
-        back where they were parked: :mod:`.parked_weights`)."""
+        back where they were parked: :mod:`spacy_accelerate.serving.parked_weights`)."""
         module: torch.nn.Module = self.shim._model
-        return module.original if isinstance(module, AcceleratedModule) else module
+        return module.read_original() if isinstance(module, AcceleratedModule) else module
 
     @property
     def pytorch_shell(self) -> torch.nn.Module:

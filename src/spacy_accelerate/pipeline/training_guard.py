@@ -21,8 +21,8 @@ from spacy.language import Language
 from spacy_accelerate.errors import InferenceOnlyError
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import is_patched
-from spacy_accelerate.pipeline.proxy import RESTORE_HINT
 from spacy_accelerate.pipeline.shim import find_shim
+from spacy_accelerate.serving.proxy import RESTORE_HINT
 
 #: ``Language`` methods that train or re-initialise the pipeline.
 TRAINING_METHODS = ("update", "initialize", "begin_training", "resume_training", "rehearse")

@@ -10,8 +10,8 @@ GPU every bucket of the window is run; on the CPU one row
 from __future__ import annotations
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
 from spacy_accelerate.pipeline.shim import SpanSettings
+from spacy_accelerate.serving.proxy import AcceleratedModule
 
 
 def warm_up(proxy: AcceleratedModule, spans: SpanSettings, all_layers: bool) -> None:

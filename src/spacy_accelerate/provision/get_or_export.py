@@ -409,7 +409,7 @@ def reopen(
     (in a worker process, say). Its entry is looked up, and checked against its manifest,
     in each folder of :func:`~spacy_accelerate.cache.location.search_order`. Where none
     has it, the model is built again from the weights of ``module()`` (the PyTorch module
-    of ``spec``, read back only then: :mod:`~spacy_accelerate.pipeline.parked_weights`),
+    of ``spec``, read back only then: :mod:`~spacy_accelerate.serving.parked_weights`),
     or None is returned where
     ``config.missing_cache`` says PyTorch (or where it cannot be built without the
     pipeline: a lossy plan, judged on the whole pipeline)."""

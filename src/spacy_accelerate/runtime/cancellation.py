@@ -1,6 +1,6 @@
 """Stopping the library's helper thread, promptly, also inside a runtime call.
 
-An overlapped ``nlp.pipe`` (:mod:`spacy_accelerate.pipeline.overlap`) runs the transformer
+An overlapped ``nlp.pipe`` (:mod:`spacy_accelerate.serving.overlap`) runs the transformer
 components of a whole batch in a helper thread. When the caller stops early (a generator
 closed, Ctrl-C, an error behind, the process ending), waiting for that batch would keep the
 caller waiting for seconds, and a helper still inside a runtime's C++ call when the

@@ -1,5 +1,5 @@
 """What a calibrated build is given: the transformer's inputs on real text and PyTorch's
-documents for it (recorded by :mod:`spacy_accelerate.pipeline.recording`, which runs
+documents for it (recorded by :mod:`spacy_accelerate.planning.recording`, which runs
 the pipeline), and the source that records them only when a model must be built."""
 
 from __future__ import annotations

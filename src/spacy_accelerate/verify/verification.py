@@ -10,7 +10,7 @@ three kinds of rows, padded to mixed lengths as spaCy pads them:
 - the vocabulary's control ids: the tokenizer's own special ids where it declares them,
   and the lowest and highest ids, where vocabularies keep their control pieces;
 - the pipeline's own inputs on built-in text (:data:`PROBE_TEXTS`), recorded from its piece
-  encoder and span striding (:func:`~spacy_accelerate.pipeline.recording.record_probe`),
+  encoder and span striding (:func:`~spacy_accelerate.planning.recording.record_probe`),
   which puts the real markers and pieces in.
 
 What the check runs on decides whether a model is served, and for int8 which plan, so its

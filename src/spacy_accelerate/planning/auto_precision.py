@@ -53,13 +53,13 @@ from spacy_accelerate.errors import (
 from spacy_accelerate.export.fingerprint import cache_key, package_versions, weights_digest
 from spacy_accelerate.options.config import OptimizeConfig, Precision, Provider, Workload
 from spacy_accelerate.options.providers import PROVIDERS
-from spacy_accelerate.pipeline.annotating import annotate
-from spacy_accelerate.pipeline.judging import CalibrationSource
 from spacy_accelerate.pipeline.patch import patch, revert, scoped
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
-from spacy_accelerate.pipeline.recording import builtin_texts
 from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.planning.annotating import annotate
+from spacy_accelerate.planning.judging import CalibrationSource
+from spacy_accelerate.planning.recording import builtin_texts
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.serving.proxy import AcceleratedModule
 from spacy_accelerate.verify.record import BuildRecord
 from spacy_accelerate.verify.speed import LOSSY_MARGIN, Limits, Resumed, Rival, races
 
@@ -187,7 +187,9 @@ def choice_inputs(
         "auto_precision": 3,  # 3: lossier plans beat less lossy ones by the margin
         "workload": config.workload.value,
         "candidates": [candidate.label for candidate in candidates],
-        "weights_sha256": [weights_digest(location.pytorch_module) for location in locations],
+        "weights_sha256": [
+            weights_digest(location.read_pytorch_module()) for location in locations
+        ],
         "judged_by_sha256": source.judged_by,
         "calibration_sha256": source.digest,
         "min_agreement": config.min_agreement.resolved(),

@@ -5,7 +5,8 @@ Each stage runs on its own over the documents the stage before it produced (spaC
 ``util._pipe``, the loop ``Language.pipe`` runs), so that a lazy generator chain does not
 blur one component's time into the next. The encoder call is timed by a module wrapped
 around whatever the component's PyTorch shim runs (the PyTorch encoder, autocast, or an
-accelerated proxy), in the timing thread only (:func:`~.patch.scoped`). This is what a user reads to
+accelerated proxy), in the timing thread only
+(:func:`~spacy_accelerate.pipeline.patch.scoped`). This is what a user reads to
 see what is left to gain once the encoder is fast: the components after it run on one
 core whatever the runtime does.
 """

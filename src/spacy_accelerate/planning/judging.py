@@ -30,14 +30,14 @@ from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.errors import Advice, AgreementError, InvalidOptionError, OneOf, Said
 from spacy_accelerate.options.agreement import AgreementBounds, Annotation
 from spacy_accelerate.options.config import OptimizeConfig, Precision, texts_digest
-from spacy_accelerate.pipeline.annotating import annotate, annotated
-from spacy_accelerate.pipeline.autocast import AutocastModule
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
-from spacy_accelerate.pipeline.proxy import candidate_proxy
-from spacy_accelerate.pipeline.recording import builtin_texts, record_calibration
 from spacy_accelerate.pipeline.shim import ShimLocation
+from spacy_accelerate.planning.annotating import annotate, annotated
+from spacy_accelerate.planning.autocast import AutocastModule
+from spacy_accelerate.planning.recording import builtin_texts, record_calibration
 from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.serving.proxy import candidate_proxy
 from spacy_accelerate.verify.agreement import AgreementReport, RunningAgreement, compare
 from spacy_accelerate.verify.calibration import Calibration, Judge
 
@@ -174,7 +174,7 @@ def autocast_agreement(source: CalibrationSource) -> AgreementReport:
     """How faithful PyTorch's own bf16 autocast of the pipeline is on the calibration
     texts: what a bf16 plan is held to."""
     calibration = source.full
-    autocast = AutocastModule(source.location.pytorch_module, "cpu", torch.bfloat16)
+    autocast = AutocastModule(source.location.read_pytorch_module(), "cpu", torch.bfloat16)
     with torch.no_grad(), scoped(source.location, autocast):
         docs = annotate(
             source.nlp, calibration.texts, "PyTorch bf16 autocast annotates the calibration texts"

@@ -14,10 +14,7 @@ striding, tokenization, unpadding and listeners around it run unchanged:
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import singledispatch
@@ -32,28 +29,15 @@ from transformers.utils import ModelOutput
 
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import POOLER_OUTPUT, EncoderSpec
-from spacy_accelerate.cache.root import resolve_cache_dir
-from spacy_accelerate.cpu_budget import BUDGET, on_fork_in_child, worker_torch_threads
-from spacy_accelerate.errors import (
-    Advice,
-    CacheError,
-    InferenceOnlyError,
-    UnsupportedArchitectureError,
-    spelled,
-)
-from spacy_accelerate.options.config import MissingCache, OptimizeConfig
-from spacy_accelerate.pipeline.parked_weights import (
-    ParkedWeights,
-    PickledWeights,
-    WeightsSource,
-    park_unpickled,
-    return_freed_memory,
-)
-from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
+from spacy_accelerate.cpu_budget import BUDGET
+from spacy_accelerate.errors import InferenceOnlyError, UnsupportedArchitectureError
+from spacy_accelerate.provision.get_or_export import ExportedModel
 from spacy_accelerate.runtime.cancellation import check as check_cancelled
-from spacy_accelerate.runtime.providers import ResolvedProvider
-from spacy_accelerate.runtime.session import Session, SessionLayout
-from spacy_accelerate.runtime.shared_calls import SharedCalls
+from spacy_accelerate.runtime.session import Session
+from spacy_accelerate.serving.original_module import OriginalModule
+from spacy_accelerate.serving.parked_weights import ParkedWeights
+from spacy_accelerate.serving.pickling import reduce
+from spacy_accelerate.serving.served_model import ServedModel
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -66,23 +50,6 @@ RESTORE_HINT = (
 )
 
 
-#: Sessions a forked process inherited from its parent. They are never run there (their
-#: thread pools' workers stayed in the parent) and never destroyed there either: tearing
-#: one down joins thread handles that belong to the parent, which can crash the child
-#: (onnxruntime PR #31961). The fork itself ends, with ``os._exit``, without freeing them.
-_INHERITED: list[Session] = []
-_FORK_LOCK = threading.Lock()
-
-
-def _after_fork_in_child() -> None:
-    # A lock a parent's thread held at the fork stays held in the child: start afresh.
-    global _FORK_LOCK
-    _FORK_LOCK = threading.Lock()
-
-
-on_fork_in_child(_after_fork_in_child)
-
-
 def _unrequested() -> torch.Tensor:
     # Stands where a layer that was not computed would be. Any use of it as a
     # (batch, sequence, width) tensor fails loudly instead of reading a copy
@@ -91,9 +58,10 @@ def _unrequested() -> torch.Tensor:
 
 
 class AcceleratedModule(torch.nn.Module):
-    """What both proxies share: the session, the original module, and their lifecycle."""
+    """What both proxies share: what serves (:class:`.ServedModel`: the session, opened in
+    this process), the module it stands in for (:class:`.OriginalModule`: its weights
+    parked while this serves) and how it is pickled (:mod:`.pickling`)."""
 
-    _shell: torch.nn.Module
     #: Whether the original's weights may be parked while this serves
     #: (:mod:`~spacy_accelerate.pipeline.parking`).
     parks_weights: ClassVar[bool] = True
@@ -106,52 +74,42 @@ class AcceleratedModule(torch.nn.Module):
         exported: ExportedModel | None,
     ) -> None:
         super().__init__()
-        self.session = session
         self.spec = spec
-        #: The verified model served, or None for a candidate plan (:func:`candidate_proxy`).
-        self.provenance = exported
-        #: The process whose runtime opened ``session`` (see :meth:`_own_session`).
-        self.opened_in = os.getpid()
+        # Kept outside torch's module registry: the original is not part of this module's
+        # parameters, only what restore() puts back.
+        object.__setattr__(self, "original", OriginalModule(original))
+        self.served = ServedModel(session, spec, exported, self.read_original)
         BUDGET.serving = True  # forked children run torch on one thread (cpu_budget)
-        # Kept outside torch's module registry: the original is not part of
-        # this module's parameters, only what restore() puts back.
-        object.__setattr__(self, "_shell", original)
-        #: Where the original's weights are while they are parked (:meth:`park`).
-        self.parking: ParkedWeights | None = None
-        #: Concurrent calls, run together while the runtime is busy.
-        self.shared_calls = SharedCalls(spec.padding_idx)
+
+    original: OriginalModule
 
     @property
-    def original(self) -> torch.nn.Module:
-        """The PyTorch module this one stands in for (what ``restore()`` puts back), with
-        its weights: read back, and kept, where they were parked."""
-        return self.parking.resident() if self.parking is not None else self._shell
+    def session(self) -> Session:
+        return self.served.session
 
     @property
-    def shell(self) -> torch.nn.Module:
-        """The PyTorch module as it is held: its structure and config, its weights only
-        where they are not parked (no reading back)."""
-        return self._shell
-
-    def park(self, source: WeightsSource) -> None:
-        """Let the original's weights go from memory while ``source`` can give them back
-        (:mod:`~spacy_accelerate.pipeline.parked_weights`)."""
-        original = self.original  # read back first where parked with another source
-        self.parking = ParkedWeights(original, source)
-        self.parking.park()
+    def provenance(self) -> ExportedModel | None:
+        """The verified model served, or None for a candidate plan (:func:`candidate_proxy`)."""
+        return self.served.provenance
 
     @property
     def exported(self) -> ExportedModel:
-        """The verified model served: its cache entry (what a fork, a thread split or an
-        unpickled copy reopens), how it was built and checked. A candidate plan, still
-        being judged, has none: it is in no cache entry yet, and it runs only scoped to
-        the thread judging it, where nothing reopens or pickles it."""
-        if self.provenance is None:
-            raise CacheError(
-                "A candidate plan being judged is in no cache entry yet: it cannot be "
-                "reopened or pickled; please report this."
-            )
-        return self.provenance
+        return self.served.exported
+
+    @property
+    def parking(self) -> ParkedWeights | None:
+        return self.original.parking
+
+    @property
+    def shell(self) -> torch.nn.Module:
+        """The PyTorch module as it is held (no reading back)."""
+        return self.original.shell
+
+    def read_original(self) -> torch.nn.Module:
+        """The PyTorch module this one stands in for (what ``restore()`` puts back), with
+        its weights: read back from their file where they were parked (a method, not a
+        property: it may read a file)."""
+        return self.original.read()
 
     def _check_inference(self) -> None:
         if self.training and torch.is_grad_enabled():
@@ -180,69 +138,13 @@ class AcceleratedModule(torch.nn.Module):
             ]
         self.spec.check_length(ids.shape[1])
         check_cancelled()  # an overlapped pipe's helper told to stop (.cancellation)
-        # Concurrent callers' calls run together while the runtime is busy (.shared_calls),
-        # where each row's outputs are its own whatever the others (not dynamic int8).
-        session = self._own_session()
-        if session.rows_independent:
-            outputs = self.shared_calls.run(session.run_tensors, feeds, names)
-        else:
-            outputs = session.run_tensors(feeds, names)
-        return [tensor.to(ids.device) for tensor in outputs]
-
-    def _own_session(self) -> Session:
-        """The session, opened in this process. A forked worker (spaCy's ``n_process``
-        on Linux, gunicorn's preload) inherits the parent's session, whose runtime
-        threads did not survive the fork; it opens the same verified cache entry once,
-        as an unpickled proxy does, on its share of the parent's threads
-        (:mod:`spacy_accelerate.cpu_budget`)."""
-        if self.opened_in == os.getpid():
-            return self.session
-        with _FORK_LOCK:
-            if self.opened_in != os.getpid():
-                _INHERITED.append(self.session)
-                self._reopen_with(_worker_config(self.session.config))
-                self.opened_in = os.getpid()
-        return self.session
-
-    def serve_on(self, threads: int) -> None:
-        """Serve from a session of the same verified model on ``threads`` runtime threads
-        (the split of the CPUs under overlap, :mod:`.overlap_plan`)."""
-        if threads != self.session.config.intra_op_threads:
-            self._reopen_with(replace(self.session.config, intra_op_threads=threads))
-
-    def serving(self) -> tuple[Session, ExportedModel | None]:
-        """What serves now (to put back with :meth:`serve`)."""
-        return self.session, self.provenance
-
-    def serve(self, served: tuple[Session, ExportedModel | None]) -> None:
-        """Serve from a session :meth:`serving` returned (of the same model)."""
-        self.session, self.provenance = served
-
-    def _reopen_with(self, config: OptimizeConfig) -> None:
-        reopened = reopen(
-            self.exported,
-            self.spec,
-            lambda: self.original,
-            self.session.provider,
-            config,
-            self.session.layout,
-        )
-        if reopened is None:
-            raise CacheError(
-                f"The cached {config.precision.value} model {self.exported.key[:12]} is no "
-                "longer in the cache. Call spacy_accelerate.optimize(nlp) again (before "
-                "starting workers), and do not clear the cache while the pipeline runs."
-            )
-        self.session, self.provenance = reopened
+        return [tensor.to(ids.device) for tensor in self.served.run(feeds, names)]
 
     # thinc serialises the shim's module through these: saving writes the
     # original PyTorch weights (a faithful pipeline); loading new weights into a
     # running session would leave it stale, so that is refused.
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        if self.parking is None:
-            return self._shell.state_dict(*args, **kwargs)
-        with self.parking.briefly_resident() as original:  # read once, parked again
-            return original.state_dict(*args, **kwargs)
+        return self.original.state_dict(*args, **kwargs)
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         raise InferenceOnlyError(
@@ -253,36 +155,27 @@ class AcceleratedModule(torch.nn.Module):
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
         # Device and dtype moves (nlp.to_gpu, shim.to_device) reach the original,
         # so that restore() hands back a module where the pipeline expects it.
-        self.original._apply(fn)
+        self.read_original()._apply(fn)
         return self
 
-    def _rebuild_args(self) -> tuple[Any, ...]:
+    def rebuild_args(self) -> tuple[Any, ...]:
         """Constructor arguments after ``(session, spec, original, exported)``."""
         return ()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AcceleratedModule:
-        # The session is immutable and thread-safe: copies share it. Parked weights stay
-        # parked in the copy, their source shared.
-        parking = self.parking.deep_copy(memo) if self.parking is not None else None
-        shell = parking.module if parking is not None else copy.deepcopy(self._shell, memo)
-        clone = type(self)(self.session, self.spec, shell, self.provenance, *self._rebuild_args())
-        clone.parking = parking
-        clone.opened_in = self.opened_in  # a copy made in a fork still holds the parent's
+        # The session is immutable and thread-safe: copies share it.
+        original = self.original.deep_copy(memo)
+        clone = type(self)(
+            self.session, self.spec, original.shell, self.provenance, *self.rebuild_args()
+        )
+        object.__setattr__(clone, "original", original)
+        clone.served.opened_in = self.served.opened_in  # made in a fork: the parent's
         clone.train(self.training)
         memo[id(self)] = clone
         return clone
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A pickled proxy reopens its verified cache entry; sessions are never pickled,
-        # and neither are calibration texts (their digest finds the entry). Pickled for
-        # the workers of ``nlp.pipe(n_process=N)``, it carries their share of threads.
-        # Parked weights are read back only to be serialised, and parked again at once
-        # (ParkedWeights.pickled): the module goes in the pickle as it is held, shapes only.
-        config = replace(_worker_config(self.session.config), calibration_texts=None)
-        served = (self.exported, self.session.provider, config, self.session.layout)
-        weights = self.parking.pickled() if self.parking is not None else None
-        made = (type(self), self._shell, self.spec, self._rebuild_args())
-        return (_reopen, (made, served, BUDGET.workers > 1, weights))
+        return reduce(self)
 
     def extra_repr(self) -> str:
         # What serves it, as optimize() logged it (ExportedModel.summary; a model pickled
@@ -356,7 +249,7 @@ class AcceleratedHFModel(AcceleratedModule):
         """The Hugging Face model's config (the original is held as a plain torch module)."""
         return cast(PreTrainedModel, self.shell).config
 
-    def _rebuild_args(self) -> tuple[Any, ...]:
+    def rebuild_args(self) -> tuple[Any, ...]:
         return (self.output_type,)
 
     def served_outputs(self, all_layers: bool) -> tuple[str, ...]:
@@ -400,67 +293,6 @@ class AcceleratedHFModel(AcceleratedModule):
         output = self.output_type(**fields)
         use_dict = config.use_return_dict if return_dict is None else return_dict
         return output if use_dict else output.to_tuple()
-
-
-def _worker_config(config: OptimizeConfig) -> OptimizeConfig:
-    """``config`` on this process's share of its threads (all of them outside a
-    ``pipe`` call with workers)."""
-    return replace(config, intra_op_threads=BUDGET.threads_each(config.intra_op_threads))
-
-
-#: How an unpickled proxy is made: its type, the original module, the spec, and the
-#: arguments after them (:meth:`AcceleratedModule._rebuild_args`).
-_Made = tuple[type[AcceleratedModule], torch.nn.Module, EncoderSpec, tuple[Any, ...]]
-#: What served it: the cache entry, the provider, the config and the session's layout.
-_Served = tuple[ExportedModel, ResolvedProvider, OptimizeConfig, SessionLayout]
-
-
-def _reopen(
-    made: _Made,
-    served: _Served,
-    in_worker: bool = False,
-    weights: PickledWeights | None = None,
-) -> torch.nn.Module:
-    """An unpickled proxy: its cache entry reopened, or built again where it is gone; or,
-    where ``missing_cache="pytorch"`` (or a lossy plan, which needs the whole pipeline to
-    be judged), the PyTorch module itself, with a warning. ``in_worker``: pickled for a
-    worker of ``nlp.pipe(n_process=N)``, whose torch then runs on the threads ``config``
-    gives the runtime (at most). ``weights``: the state of an original pickled parked,
-    parked in the copy too (:func:`park_unpickled`), read back only where needed."""
-    proxy_type, original, spec, extra = made
-    exported, provider, config, layout = served
-    if in_worker:
-        worker_torch_threads(config.intra_op_threads)
-    parking = None
-    if weights is not None:
-        parking = park_unpickled(original, weights, resolve_cache_dir(config.cache_dir))
-
-    def module() -> torch.nn.Module:
-        return original if parking is None else parking.resident()
-
-    reopened = reopen(exported, spec, module, provider, config, layout)
-    if reopened is None:
-        logger.warning(
-            "spacy-accelerate: the cached %s model %s is not here and %s, so this "
-            "pipeline runs on PyTorch. Call spacy_accelerate.optimize(nlp) on it to "
-            "accelerate it again.",
-            config.precision.value,
-            exported.key[:12],
-            "its lossy plan is judged on the whole pipeline, which an unpickled "
-            "transformer does not have"
-            if config.calibrated and config.missing_cache is not MissingCache.PYTORCH
-            else spelled(
-                [Advice("missing_cache", "pytorch"), " says not to export it at load time"]
-            ),
-        )
-        return module()
-    session, found = reopened
-    proxy = proxy_type(session, spec, original, found, *extra)
-    if parking is not None:
-        proxy.parking = parking
-        parking.park()  # again, where the entry was built from them
-        return_freed_memory()
-    return proxy
 
 
 @singledispatch

@@ -394,7 +394,7 @@ def park_unpickled(
     the same machine: nothing written); else the pickle's state written as it is to a
     temporary file in ``scratch`` (the cache folder), never loaded. Where no file can be
     written there, the state is loaded into ``module`` and kept in memory (None returned),
-    as :mod:`.parking` does for a pipeline."""
+    as :mod:`spacy_accelerate.pipeline.parking` does for a pipeline."""
     source = pickled.saved.reopen() if pickled.saved is not None else None
     if source is not None:
         return ParkedWeights.parked_with(module, source, pickled.device, pickled.digest)

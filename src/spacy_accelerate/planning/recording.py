@@ -24,12 +24,12 @@ from spacy.tokens import Doc
 from spacy_accelerate.architectures.inputs import EncoderInputs
 from spacy_accelerate.architectures.spec import EncoderSpec
 from spacy_accelerate.options.config import texts_digest
-from spacy_accelerate.pipeline.annotating import annotate
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import scoped
-from spacy_accelerate.pipeline.proxy import ALL_LAYERS_KWARG
-from spacy_accelerate.pipeline.row_groups import call_in_row_groups
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.planning.annotating import annotate
+from spacy_accelerate.planning.row_groups import call_in_row_groups
+from spacy_accelerate.serving.proxy import ALL_LAYERS_KWARG
 from spacy_accelerate.verify.calibration import Calibration
 from spacy_accelerate.verify.verification import PROBE_TEXTS
 
@@ -80,7 +80,7 @@ def recorded_calls(
 ) -> list[EncoderInputs]:
     """The inputs of each call of the transformer at ``location`` while ``run()`` runs the
     pipeline (on PyTorch, in this thread only: other threads keep the module they run)."""
-    recorder = _Recorder(location.pytorch_module, spec)
+    recorder = _Recorder(location.read_pytorch_module(), spec)
     with torch.no_grad(), scoped(location, recorder):
         run()
     return [call for call in recorder.calls if call.input_ids.size]
@@ -103,7 +103,7 @@ def record_calls(
     def run() -> None:
         with ExitStack() as stack:
             for other in others:
-                stack.enter_context(scoped(other, other.pytorch_module))
+                stack.enter_context(scoped(other, other.read_pytorch_module()))
             what = "calibrating: PyTorch fp32 annotates the texts"
             docs.extend(annotate(nlp, texts, what, shortest_first=False))
 

@@ -37,7 +37,7 @@ def annotated(
     of like length batched together cost less (measured in ``docs/performance.md``).
     Which texts share a batch changes annotations only through float rounding (the
     attention mask keeps padding out). The calibration's own pass keeps the texts' order
-    (:func:`~spacy_accelerate.pipeline.recording.record_calls`): its batches are the items
+    (:func:`~spacy_accelerate.planning.recording.record_calls`): its batches are the items
     int8 is quantized on."""
     order = list(range(len(texts)))
     if shortest_first:

@@ -1,7 +1,8 @@
 """Whether an accelerated pipeline overlaps its transformer with spaCy's components, and on
 how many runtime threads: decided once, when ``optimize()`` serves a plan, and kept.
 
-With overlap (:mod:`.overlap`), the runtime runs batch k+1 in a helper thread while the
+With overlap (:mod:`spacy_accelerate.serving.overlap`), the runtime runs batch k+1 in a
+helper thread while the
 caller's thread runs the components behind the transformer over batch k. It pays where the
 components take a good share of the time; it costs where the encoder is nearly all of it,
 and the helper, the GIL the two threads share and their caches cost something everywhere
@@ -32,12 +33,12 @@ from spacy.language import Language
 from spacy_accelerate.cpu_budget import MIN_OVERLAP_GAIN, OverlapCost, OverlapPlan
 from spacy_accelerate.errors import Advice, spelled
 from spacy_accelerate.options.config import Workload
-from spacy_accelerate.pipeline.overlap import OverlappedPipe
 from spacy_accelerate.pipeline.patch import accelerated_components, is_optimized
 from spacy_accelerate.pipeline.pipe import overlapped_stages
-from spacy_accelerate.pipeline.proxy import AcceleratedModule
-from spacy_accelerate.pipeline.recording import builtin_texts
-from spacy_accelerate.pipeline.stage_times import Breakdown, StageKind, breakdown
+from spacy_accelerate.planning.recording import builtin_texts
+from spacy_accelerate.planning.stage_times import Breakdown, StageKind, breakdown
+from spacy_accelerate.serving.overlap import OverlappedPipe
+from spacy_accelerate.serving.proxy import AcceleratedModule
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -111,7 +112,7 @@ def plan_overlap(
 def serve_plan(nlp: Language, plan: OverlapPlan, threads: int) -> None:
     """Serve ``nlp``'s runtimes on the threads ``plan`` gives them out of ``threads``."""
     for proxy in _cpu_proxies(nlp):
-        proxy.serve_on(plan.runtime_threads(threads))
+        proxy.served.serve_on(plan.runtime_threads(threads))
 
 
 def describe(plan: OverlapPlan, threads: int) -> str:
@@ -132,10 +133,10 @@ def _measured_gain(
     """Words per second of ``texts`` overlapped (the runtime on ``runtime`` threads) over
     one stage after the other (on every thread), in :data:`MEASURED_BATCHES` batches, the
     fastest of :data:`ROUNDS` each, alternating."""
-    full = [proxy.serving() for proxy in proxies]
+    full = [proxy.served.serving() for proxy in proxies]
     for proxy in proxies:
-        proxy.serve_on(runtime)
-    fewer = [proxy.serving() for proxy in proxies]
+        proxy.served.serve_on(runtime)
+    fewer = [proxy.served.serving() for proxy in proxies]
     stages = overlapped_stages(nlp)
     assert stages is not None
     spacys, glue = type(nlp).pipe, is_optimized(nlp)
@@ -145,7 +146,7 @@ def _measured_gain(
     for _ in range(ROUNDS):
         for on, sessions in ((False, full), (True, fewer)):
             for proxy, served in zip(proxies, sessions, strict=True):
-                proxy.serve(served)
+                proxy.served.serve(served)
             started = time.perf_counter()
             docs = (
                 OverlappedPipe(nlp, texts, stages, size, glue)
@@ -156,5 +157,5 @@ def _measured_gain(
                 pass
             taken[on].append(time.perf_counter() - started)
     for proxy, served in zip(proxies, full, strict=True):
-        proxy.serve(served)
+        proxy.served.serve(served)
     return min(taken[False]) / min(taken[True])
