@@ -156,12 +156,12 @@ def main() -> None:
             names = list(calls) if turn % 2 == 0 else list(calls)[::-1]
             for name in names:
                 call, proxy = calls[name]
-                before = proxy.shared_calls.runs if proxy is not None else 0
+                before = proxy.served.shared_calls.runs if proxy is not None else 0
                 if isinstance(call, Awaited):
                     latencies = awaited_loop(call.nlp, texts, clients, args.seconds)
                 else:
                     latencies = closed_loop(call, texts, clients, args.seconds)
-                runs = proxy.shared_calls.runs - before if proxy is not None else None
+                runs = proxy.served.shared_calls.runs - before if proxy is not None else None
                 rows[name].append(_row(latencies, args.seconds, runs))
         report[f"{clients} clients"] = {name: _medians(found) for name, found in rows.items()}
         print(json.dumps({clients: report[f"{clients} clients"]}, indent=1), flush=True)

@@ -44,7 +44,6 @@ from spacy_accelerate.bench.baselines import (  # noqa: E402
     Accelerated,
     PyTorchAutocast,
     Variant,
-    remove_autocast,
 )
 from spacy_accelerate.bench.side_by_side import SideBySide, side_by_side, write_report  # noqa: E402
 
@@ -111,7 +110,7 @@ class Fp32Tail(Variant):
     f32_layers: int
 
     def apply(self, nlp: Language) -> None:
-        remove_autocast(nlp)
+        spacy_accelerate.restore(nlp)  # the autocast stand-in out too
         spacy_accelerate.optimize(nlp, **self.options)
         proxy = spacy_accelerate.accelerated_components(nlp)["transformer"]
         ir = str(proxy.exported.path / IR_FILE)

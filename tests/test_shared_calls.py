@@ -199,7 +199,7 @@ class Served:
         self.texts = [text for text in texts if len(text) < 300][:8]
         self.alone = [annotations(self.nlp(text)) for text in self.texts]
         (proxy,) = spacy_accelerate.accelerated_components(self.nlp).values()
-        self.shared, session = proxy.shared_calls, proxy.session
+        self.shared, session = proxy.served.shared_calls, proxy.session
         run, first = session.run_tensors, threading.Event()
 
         def busy_until_the_others_wait(*args: object, **kwargs: object) -> object:

@@ -35,6 +35,7 @@ from spacy_accelerate.options.config import (
 )
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
+from spacy_accelerate.pipeline.changes import restore
 from spacy_accelerate.pipeline.components import (
     declared_special_ids,
     find_transformer_components,
@@ -54,9 +55,9 @@ from spacy_accelerate.pipeline.persist import (
     CALLBACK_NAME,
     CALLBACK_NAME_V1,
     AfterCreation,
+    ApiCalls,
     install_load_hooks,
     record,
-    restore,
     unpatch_all,
 )
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
@@ -176,15 +177,22 @@ def apply_config(
             serve_first(fallback_chain(config), accelerator)
     finally:
         accelerator.close()
-    for name, proxy in accelerated_components(nlp).items():
-        _log_served(name, proxy.exported)
-    recorded = request.plan if reloading and request is not None else None
-    plan = recorded or plan_overlap(
-        nlp, config.overlap, threads_given=threads is not None, workload=config.workload
-    )
     request = request or OptimizeRequest.from_config(config, threads=threads)
-    _remember(nlp, replace(request, overlap_plan=plan.record()), folder)
+    _after_serving(nlp, request, config, folder)
     return nlp
+
+
+def _after_serving(
+    nlp: Language, request: OptimizeRequest, config: OptimizeConfig, folder: Path | None
+) -> None:
+    """Steps 10-12, once every transformer is served, by ``optimize()`` or by a load (from
+    its bundle or not): the same for every path."""
+    for name, proxy in accelerated_components(nlp).items():
+        _log_served(name, proxy.exported)  # 10. say what serves each
+    plan = request.plan or plan_overlap(  # 11. the overlap plan: as recorded, or decided
+        nlp, config.overlap, threads_given=request.threads is not None, workload=config.workload
+    )
+    _remember(nlp, replace(request, overlap_plan=plan.record()), folder)  # 12. remember
 
 
 def _record_choice(nlp: Language, choice: Choice) -> None:
@@ -317,7 +325,7 @@ def _remember(nlp: Language, request: OptimizeRequest, folder: Path | None) -> N
     install_training_guards(nlp)
     install_layer_mixes(nlp)
     record(nlp, request)
-    install_load_hooks(nlp, request, reapply, save_served)
+    install_load_hooks(nlp, request, _CALLS, from_file=False)
     park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))
 
 
@@ -331,7 +339,7 @@ def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None)
         # without one the pipeline keeps following the environment where it loads next.
         config = request.to_config(request.cache_dir)
         if folder is not None and _served_from_bundle(nlp, request, config, folder):
-            _remember(nlp, request, folder)
+            _after_serving(nlp, request, config, folder)
             return
         apply_config(
             nlp, config, threads=request.threads, reloading=True, request=request, folder=folder
@@ -365,16 +373,12 @@ def _served_from_bundle(
         )
         return False
     try:
-        served = [
+        for component in find_transformer_components(nlp):
             _serve_bundled(bundle, component, config)
-            for component in find_transformer_components(nlp)
-        ]
     except Unservable as why:
         unpatch_all(nlp)
         _log_unservable(folder, why, config.missing_cache)
         return False
-    for name, exported in served:
-        _log_served(name, exported)
     return True
 
 
@@ -394,9 +398,7 @@ def _log_unservable(folder: Path, why: Unservable, missing_cache: MissingCache) 
     )
 
 
-def _serve_bundled(
-    bundle: Bundle, component: Any, config: OptimizeConfig
-) -> tuple[str, ExportedModel]:
+def _serve_bundled(bundle: Bundle, component: Any, config: OptimizeConfig) -> None:
     """One transformer served from ``bundle`` (patched, warmed up)."""
     location = find_shim(component)
     detected = detect_architecture(location.read_pytorch_module())
@@ -412,7 +414,6 @@ def _serve_bundled(
     patch(location, proxy)
     if config.warmup:
         warm_up(proxy, spans, reads_all_layers(location))
-    return location.component, exported
 
 
 def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
@@ -433,6 +434,11 @@ def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:
     auto = request.precision == Precision.AUTO.value
     chosen = f"{first.provider} {first.precision}" if auto else None
     write_bundle(folder, served, request.model_options(), chosen)
+
+
+#: What the load and save hooks call back here
+#: (:class:`~spacy_accelerate.pipeline.persist.ApiCalls`).
+_CALLS = ApiCalls(reapply=reapply, saver=save_served, restore=restore)
 
 
 @registry.callbacks(CALLBACK_NAME)
@@ -473,9 +479,7 @@ def make_optimize_callback(
     texts = calibration_texts
     recorded["calibration_texts"] = list(texts) if texts is not None else None
     request = OptimizeRequest(**recorded)
-    return AfterCreation(
-        request=request, enabled=enabled, previous=previous, reapply=reapply, saver=save_served
-    )
+    return AfterCreation(request=request, enabled=enabled, previous=previous, calls=_CALLS)
 
 
 @registry.callbacks(CALLBACK_NAME_V1)

@@ -35,6 +35,7 @@ import math
 import multiprocessing
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,9 +68,31 @@ class CpuBudget:
         self._lock = threading.Lock()
         self._calls: list[int] = []
         self._confined: int | None = None
-        #: Whether this process serves (or was forked from one that served) an
-        #: accelerated pipeline: then its forked children run torch on one thread.
-        self.serving = False
+        #: The accelerated transformers in a pipeline's shim now (held weakly: a pipeline
+        #: dropped takes its own away; ``restore()`` too).
+        self._served: weakref.WeakSet[object] = weakref.WeakSet()
+
+    def serve(self, module: object) -> None:
+        """``module`` serves in a pipeline from now on (:attr:`serving`)."""
+        self._served.add(module)
+
+    def stop_serving(self, module: object) -> None:
+        self._served.discard(module)
+
+    def serves(self, module: object) -> bool:
+        """Whether ``module`` serves in a pipeline now."""
+        return module in self._served
+
+    @property
+    def served(self) -> int:
+        """How many accelerated transformers serve in this process's pipelines."""
+        return len(self._served)
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process serves (or was forked from one that served) an accelerated
+        pipeline: then its forked children run torch on one thread."""
+        return bool(self._served)
 
     def cpus(self) -> int:
         """The CPUs this process uses: its affinity, or the limit it was confined to."""

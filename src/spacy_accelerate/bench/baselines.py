@@ -25,6 +25,7 @@ from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.providers import PROVIDERS
 from spacy_accelerate.options.request import build_config
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.patch import StandIn, remove_stand_ins, stand_in
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.planning.autocast import AutocastModule
 
@@ -46,7 +47,6 @@ class PyTorch(Variant):
 
     def apply(self, nlp: Language) -> None:
         restore(nlp)
-        remove_autocast(nlp)
 
 
 @dataclass(frozen=True)
@@ -58,26 +58,16 @@ class PyTorchAutocast(Variant):
 
     def apply(self, nlp: Language) -> None:
         restore(nlp)
-        remove_autocast(nlp)
         for component in transformer_components(nlp):
             location = find_shim(component)
-            location.shim._model = AutocastModule(
-                location.shim._model, self.device_type, getattr(torch, self.dtype)
-            )
+            dtype = getattr(torch, self.dtype)
+            stand_in(location, AutocastModule(location.shim._model, self.device_type, dtype))
 
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__, "device": self.device_type, "dtype": self.dtype}
 
 
-def remove_autocast(nlp: Language) -> None:
-    """Put the PyTorch module back where autocast or a rival (:class:`RivalModule`) runs."""
-    for component in transformer_components(nlp):
-        location = find_shim(component)
-        if isinstance(location.shim._model, AutocastModule | RivalModule):
-            location.shim._model = location.shim._model.inner
-
-
-class RivalModule(torch.nn.Module):
+class RivalModule(StandIn):
     """What a PyTorch user would run instead of the encoder ``inner`` (``run``: compiled,
     quantized), standing in the shim until the next variant puts ``inner`` back."""
 
@@ -99,13 +89,12 @@ class Rival(Variant):
 
     def apply(self, nlp: Language) -> None:
         restore(nlp)
-        remove_autocast(nlp)
         for component in transformer_components(nlp):
             location = find_shim(component)
             module = location.shim._model
             if id(module) not in self._made:
                 self._made[id(module)] = RivalModule(module, self.make(module))
-            location.shim._model = self._made[id(module)]
+            stand_in(location, self._made[id(module)])
 
     @abstractmethod
     def make(self, encoder: torch.nn.Module) -> torch.nn.Module:
@@ -145,7 +134,7 @@ class Accelerated(Variant):
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def apply(self, nlp: Language) -> None:
-        remove_autocast(nlp)
+        remove_stand_ins(nlp)  # optimize() serves the PyTorch module, not a comparison's
         optimize(nlp, **self.options)
 
     def describe(self) -> dict[str, Any]:

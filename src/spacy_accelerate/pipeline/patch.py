@@ -7,10 +7,9 @@ the proxy reading it from a layer it holds) keeps copies of the model
 (``Model.copy()``, ``copy.deepcopy``) correct: each copy's own layer decides.
 The flag goes only to an accelerated encoder, read from the shim in the same
 batch (:mod:`.swap` keeps the module fixed for a batch in flight), so a PyTorch
-module put back while another thread annotates never receives it; the wrapper
-and the guard therefore stay after ``restore()``, changing no result.
-The originals are kept on the proxy and the wrapper, so ``restore()`` needs no
-registry that could drift from the pipeline.
+module put back while another thread annotates never receives it. ``restore()``
+takes the wrapper and the guard off again (:func:`unguard`), once no batch is in
+flight. The originals are kept on the proxy and the wrapper.
 """
 
 from __future__ import annotations
@@ -25,11 +24,13 @@ from thinc.api import Model
 from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
+from spacy_accelerate.cpu_budget import BUDGET
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.pipeline.swap import (
     held_exclusively,
     install_guard,
+    remove_guard,
     scoped_module,
     swap_module,
 )
@@ -66,9 +67,51 @@ def guard(location: ShimLocation) -> None:
         location.layer.attrs[CONVERT_INPUTS] = PassLayerFlag(convert)
 
 
+class StandIn(torch.nn.Module):
+    """A module run in a shim in place of its PyTorch module ``inner`` for a comparison
+    (PyTorch's autocast, a PyTorch user's compiled encoder: ``bench``), put in with
+    :func:`stand_in` and taken out by :func:`remove_stand_ins` (``restore()`` too)."""
+
+    inner: torch.nn.Module
+
+
+def stand_in(location: ShimLocation, module: StandIn) -> None:
+    """Run ``module`` in ``location``'s shim, once no batch is in flight there."""
+    swap_module(location.layer, module)
+
+
+def remove_stand_ins(nlp: Language) -> None:
+    """Every shim's PyTorch module back where a :class:`StandIn` runs."""
+    for component in transformer_components(nlp):
+        location = find_shim(component)
+        module = location.shim._model
+        if isinstance(module, StandIn):
+            swap_module(location.layer, module.inner)
+
+
+def unguard_all(nlp: Language) -> None:
+    """:func:`unguard` every transformer of ``nlp``."""
+    for component in transformer_components(nlp):
+        unguard(find_shim(component))
+
+
+def unguard(location: ShimLocation) -> None:
+    """Undo :func:`guard`: thinc's own forward and ``convert_inputs`` back, once no batch
+    is in flight on the layer. A later ``optimize()`` guards it again; only batches already
+    running then are not covered, as at the first (:mod:`.swap`)."""
+    convert = location.layer.attrs.get(CONVERT_INPUTS)
+    with held_exclusively(location.layer):
+        if isinstance(convert, PassLayerFlag):
+            location.layer.attrs[CONVERT_INPUTS] = convert.inner
+        remove_guard(location.layer)
+
+
 def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
     guard(location)
+    previous = location.shim._model
     swap_module(location.layer, proxy)
+    BUDGET.stop_serving(previous)
+    BUDGET.serve(proxy)
 
 
 def reads_all_layers(location: ShimLocation) -> bool:
@@ -86,10 +129,11 @@ def is_patched(location: ShimLocation) -> bool:
 
 def unpatch(location: ShimLocation) -> bool:
     """Put the original module back; return whether there was anything to undo. The guard
-    stays (:mod:`.swap`): it passes nothing to a PyTorch module and changes no result."""
+    stays (``restore()`` takes it off: :func:`unguard`)."""
     proxy = location.shim._model
     if isinstance(proxy, AcceleratedModule):
         swap_module(location.layer, proxy.read_original())
+        BUDGET.stop_serving(proxy)
     return isinstance(proxy, AcceleratedModule)
 
 

@@ -39,13 +39,11 @@ from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.errors import WeightsUnavailableError
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.layer_mix import remove_layer_mixes
 from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
 from spacy_accelerate.pipeline.patch import patch, unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.pipeline.swap import swap_module
-from spacy_accelerate.pipeline.training_guard import remove_training_guards
 
 logger = logging.getLogger("spacy_accelerate")
 
@@ -67,23 +65,21 @@ Reapply = Callable[[Language, OptimizeRequest, Path | None], None]
 Saver = Callable[[Language, OptimizeRequest, Path], None]
 
 
+@dataclass(frozen=True)
+class ApiCalls:
+    """What the hooks call back in the API built on this module (given to them rather than
+    imported): accelerating a loaded pipeline again, completing a save, and ``restore()``
+    (:mod:`.changes`), where a load leaves a pipeline that cannot be accelerated."""
+
+    reapply: Reapply
+    saver: Saver
+    restore: Callable[[Language], Language]
+
+
 def unpatch_all(nlp: Language) -> None:
     """Put every PyTorch transformer back, keeping the record of the acceleration."""
     for component in transformer_components(nlp):
         unpatch(find_shim(component))
-
-
-def restore(nlp: Language) -> Language:
-    """Undo ``optimize()``: the PyTorch transformers, training and a plain saved config
-    come back. A no-op on a plain pipeline. The guard that makes swaps safe while other
-    threads annotate stays on the transformer's layer (it changes no result), so a
-    restored pipeline needs spacy-accelerate installed to be unpickled."""
-    unpatch_all(nlp)
-    remove_training_guards(nlp)
-    remove_layer_mixes(nlp)
-    remove_load_hooks(nlp)
-    forget(nlp)
-    return nlp
 
 
 def weights_folder(nlp: Language, folder: Path | None, kwargs: Mapping[str, Any]) -> Path | None:
@@ -113,7 +109,7 @@ class ReoptimizeAfterLoading:
     nlp: Language
     method: str
     request: OptimizeRequest
-    reapply: Reapply
+    calls: ApiCalls
     #: Whether ``request`` was read from a saved config (a file from anywhere) rather than
     #: given to ``optimize()`` in this process: then only the caller chooses its cache.
     from_file: bool = False
@@ -135,9 +131,9 @@ class ReoptimizeAfterLoading:
         folder = Path(args[0]) if self.method == "from_disk" and args else None
         folder = weights_folder(self.nlp, folder, kwargs)
         try:
-            self.reapply(self.nlp, request, folder)
+            self.calls.reapply(self.nlp, request, folder)
         except BaseException:
-            restore(self.nlp)
+            self.calls.restore(self.nlp)
             raise
         return loaded
 
@@ -163,9 +159,9 @@ class ReoptimizeAfterLoading:
     def _settle(self, request: OptimizeRequest) -> None:
         """After a failed load: accelerated again as recorded, or plain."""
         try:
-            self.reapply(self.nlp, request, None)
+            self.calls.reapply(self.nlp, request, None)
         except Exception as error:
-            restore(self.nlp)
+            self.calls.restore(self.nlp)
             logger.warning(
                 "spacy-accelerate: after the failed nlp.%s() the pipeline could not be "
                 "accelerated again (%s); it runs on PyTorch, as restore() leaves it.",
@@ -232,20 +228,15 @@ class SaveServed:
 
 
 def install_load_hooks(
-    nlp: Language,
-    request: OptimizeRequest,
-    reapply: Reapply,
-    saver: Saver,
-    *,
-    from_file: bool = False,
+    nlp: Language, request: OptimizeRequest, calls: ApiCalls, *, from_file: bool = False
 ) -> None:
     """Stand in for ``nlp``'s load and save methods, and for ``pipe``
     (:class:`~spacy_accelerate.pipeline.pipe.AcceleratedPipe`); ``from_file``: as
     :attr:`ReoptimizeAfterLoading.from_file`."""
     for method in LOAD_METHODS:
-        hook = ReoptimizeAfterLoading(nlp, method, request, reapply, from_file)
+        hook = ReoptimizeAfterLoading(nlp, method, request, calls, from_file)
         setattr(nlp, method, hook)
-    setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, saver))
+    setattr(nlp, SAVE_METHOD, SaveServed(nlp, request, calls.saver))
     install_pipe(nlp, request.overlaps)
 
 
@@ -276,7 +267,8 @@ def record(nlp: Language, request: OptimizeRequest) -> None:
 
 
 def forget(nlp: Language) -> None:
-    """Remove the record, putting back whatever callback was there before."""
+    """Remove the record, putting back whatever callback was there before (spaCy fills
+    the key in every pipeline's config: ``null`` where there is none)."""
     section = nlp.config["nlp"].get(CALLBACK_KEY)
     if _is_ours(section):
         nlp.config["nlp"][CALLBACK_KEY] = section.get("previous")
@@ -289,12 +281,11 @@ class AfterCreation:
     request: OptimizeRequest
     enabled: bool
     previous: Callable[[Language], Language] | None
-    reapply: Reapply
-    saver: Saver
+    calls: ApiCalls
 
     def __call__(self, nlp: Language) -> Language:
         if self.previous is not None:
             nlp = self.previous(nlp)
         if self.enabled:
-            install_load_hooks(nlp, self.request, self.reapply, self.saver, from_file=True)
+            install_load_hooks(nlp, self.request, self.calls, from_file=True)
         return nlp

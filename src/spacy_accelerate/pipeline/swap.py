@@ -6,12 +6,14 @@ it back in train mode). A swap between those reads would run a batch half on one
 half on another: an accelerated module's keyword given to the PyTorch one (``TypeError``),
 or the PyTorch module run in train mode (dropout: silently different annotations).
 
-So from the first ``optimize()`` on, a layer's forward is a :class:`GuardedForward`: every
-batch holds its layer's :class:`SwapGuard` for reading, and a swap takes it for writing,
-waiting until the batches in flight are done. A batch in flight finishes on the module it
-started with. The guard stays after ``restore()`` (it changes nothing a batch computes), so
-that a later ``optimize()`` is as safe; only the batches already running when the very
-first ``optimize()`` installs it are not covered.
+So from ``optimize()`` on, a layer's forward is a :class:`GuardedForward`: every batch
+holds its layer's :class:`SwapGuard` for reading, and a swap takes it for writing, waiting
+until the batches in flight are done. A batch in flight finishes on the module it started
+with. ``restore()`` takes the guard off once no batch is in flight (the pipeline as it was);
+only the batches already running when ``optimize()`` installs it are not covered, and a
+swap among them is harmless (the whole batch runs on one module, the accelerated one
+without the all-layers flag, whose default is every layer); a ``restore()`` while such a
+batch still runs is not (thinc may then call the PyTorch module in train mode).
 
 Reference outputs of the PyTorch module are computed with the layer to one thread alone
 (:func:`held_exclusively`), because thinc puts the module back in train mode after every batch
@@ -134,6 +136,12 @@ def install_guard(layer: Model) -> None:
     """Guard ``layer``'s forward (idempotent)."""
     if not isinstance(layer._func, GuardedForward):
         layer._func = GuardedForward(layer._func)
+
+
+def remove_guard(layer: Model) -> None:
+    """``layer``'s own forward back (the caller holds the layer exclusively)."""
+    if isinstance(layer._func, GuardedForward):
+        layer._func = layer._func.inner
 
 
 def swap_module(layer: Model, module: torch.nn.Module) -> None:

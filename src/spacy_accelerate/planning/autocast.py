@@ -15,6 +15,8 @@ import torch
 from curated_transformers.models.output import PyTorchTransformerOutput
 from transformers.utils import ModelOutput
 
+from spacy_accelerate.pipeline.patch import StandIn
+
 
 @singledispatch
 def _as_float32(output: Any) -> Any:
@@ -38,7 +40,7 @@ def _(output: ModelOutput) -> ModelOutput:
     return type(output)(**fields)
 
 
-class AutocastModule(torch.nn.Module):
+class AutocastModule(StandIn):
     """Runs the wrapped transformer under ``torch.autocast``; hands spaCy float32, as usual."""
 
     def __init__(self, inner: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:

@@ -115,6 +115,7 @@ def unpickled(
         return original.read()
     session, found = reopened
     proxy = made.proxy_type(session, made.spec, made.original, found, *made.extra)
+    BUDGET.serve(proxy)  # in the unpickled pipeline's shim
     if parking is not None:
         proxy.original.parking = parking
         parking.park()  # again, where the entry was built from them

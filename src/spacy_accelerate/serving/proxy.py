@@ -79,7 +79,6 @@ class AcceleratedModule(torch.nn.Module):
         # parameters, only what restore() puts back.
         object.__setattr__(self, "original", OriginalModule(original))
         self.served = ServedModel(session, spec, exported, self.read_original)
-        BUDGET.serving = True  # forked children run torch on one thread (cpu_budget)
 
     original: OriginalModule
 
@@ -170,6 +169,8 @@ class AcceleratedModule(torch.nn.Module):
         )
         object.__setattr__(clone, "original", original)
         clone.served.opened_in = self.served.opened_in  # made in a fork: the parent's
+        if BUDGET.serves(self):  # a copy of a pipeline's: it serves in the copy's
+            BUDGET.serve(clone)
         clone.train(self.training)
         memo[id(self)] = clone
         return clone
