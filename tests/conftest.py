@@ -65,10 +65,12 @@ def overlap_untimed_unless_the_test_is_about_it(request: pytest.FixtureRequest) 
     from spacy_accelerate import api
     from spacy_accelerate.planning import overlap_plan
 
-    def untimed(nlp: Language, overlap: bool | None, *, workload: Workload, **options: object):
+    def untimed(
+        nlp: Language, served: list, overlap: bool | None, *, workload: Workload, **options: object
+    ):
         if overlap is not None or workload is Workload.DOCUMENTS:  # decided with no timing
-            return overlap_plan.plan_overlap(nlp, overlap, workload=workload, **options)
-        plan = overlap_plan.plan_overlap(nlp, False, workload=workload, **options)
+            return overlap_plan.plan_overlap(nlp, served, overlap, workload=workload, **options)
+        plan = overlap_plan.plan_overlap(nlp, served, False, workload=workload, **options)
         return dataclasses.replace(plan, why="not timed (a test not about overlap)", asked=None)
 
     with pytest.MonkeyPatch.context() as patched:

@@ -23,6 +23,7 @@ from thinc.types import Ragged
 import spacy_accelerate
 from spacy_accelerate.bench import where_time_goes
 from spacy_accelerate.bench.baselines import Accelerated
+from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.layer_mix import (
     UnpaddedLayerMix,
     install_layer_mixes,
@@ -67,7 +68,7 @@ def test_the_unpadded_mix_equals_the_listeners_weighting(
     nlp = all_layer_pipeline
     docs = _transformed(nlp, ewt_texts[:40])
     padded = _listener_outputs(nlp, docs)
-    install_layer_mixes(nlp)
+    install_layer_mixes(transformer_components(nlp))
     layers = list(weighting_layers(nlp))
     assert layers and all(isinstance(layer._func, UnpaddedLayerMix) for layer in layers)
     unpadded = _listener_outputs(nlp, docs)
@@ -90,7 +91,7 @@ def test_a_mix_with_other_weights_differs(
     """The comparison above can fail: the mix reads the listener's own weights."""
     nlp = all_layer_pipeline
     docs = _transformed(nlp, ewt_texts[:8])
-    install_layer_mixes(nlp)
+    install_layer_mixes(transformer_components(nlp))
     before = _listener_outputs(nlp, docs)
     module = next(iter(weighting_layers(nlp))).shims[0]._model
     module.layer_weights.data = module.layer_weights.data.flip(0)
@@ -113,7 +114,7 @@ def test_optimize_mixes_unpadded_with_the_same_annotations_and_restore_undoes_it
     padded = [annotations(doc) for doc in run(nlp, ewt_texts[:60], 16)]
     assert mixed == padded
     nlp.to_disk(tmp_path / "unmixed")
-    install_layer_mixes(nlp)
+    install_layer_mixes(transformer_components(nlp))
     nlp.to_disk(tmp_path / "after")
     for head in ("tagger", "parser", "ner"):
         saved = (tmp_path / "after" / head / "model").read_bytes()
@@ -147,7 +148,7 @@ def test_training_runs_the_listeners_own_gradient_path(
 ) -> None:
     nlp = spacy.load(sample_path("roberta-scalar"))
     layer, inputs = _weighting_inputs(nlp, ewt_texts[:4])
-    install_layer_mixes(nlp)
+    install_layer_mixes(transformer_components(nlp))
     outputs, backprop = layer.begin_update(inputs)
     gradients = backprop([Ragged(np.ones_like(y.dataXd), y.lengths) for y in outputs])
     assert len(gradients) == len(inputs)
@@ -162,7 +163,7 @@ def test_another_number_of_layers_is_refused_as_the_listener_refuses_it(
     extra = [[*layers, layers[-1]] for layers in inputs]
     with pytest.raises(ValueError) as original:
         layer.predict(extra)
-    install_layer_mixes(nlp)
+    install_layer_mixes(transformer_components(nlp))
     with pytest.raises(ValueError) as mixed:
         layer.predict(extra)
     assert str(mixed.value) == str(original.value)

@@ -22,7 +22,6 @@ from spacy_accelerate.backends.registry import (
     serve_first,
 )
 from spacy_accelerate.cache.provenance import PipelineSource
-from spacy_accelerate.cache.root import resolve_cache_dir
 from spacy_accelerate.cache.store import ModelCache
 from spacy_accelerate.errors import Advice, CacheMissError, spelled
 from spacy_accelerate.options.config import (
@@ -35,38 +34,36 @@ from spacy_accelerate.options.config import (
 )
 from spacy_accelerate.options.gpu import GpuOptions
 from spacy_accelerate.options.request import OptimizeOptions, OptimizeRequest, validate
-from spacy_accelerate.pipeline.changes import restore
-from spacy_accelerate.pipeline.components import (
-    declared_special_ids,
-    find_transformer_components,
-)
-from spacy_accelerate.pipeline.layer_mix import install_layer_mixes
-from spacy_accelerate.pipeline.parking import park_served_weights
-from spacy_accelerate.pipeline.patch import (
-    accelerated_components,
-    exclusive,
-    guard,
-    is_optimized,
-    patch,
-    reads_all_layers,
-    revert,
-)
-from spacy_accelerate.pipeline.persist import (
+from spacy_accelerate.pipeline import (
     CALLBACK_NAME,
     CALLBACK_NAME_V1,
     AfterCreation,
     ApiCalls,
-    install_load_hooks,
-    record,
+    ShimLocation,
+    accelerated_components,
+    declared_special_ids,
+    exclusive,
+    find_shim,
+    find_span_settings,
+    find_transformer_components,
+    guard,
+    is_optimized,
+    remember,
+    restore,
+    revert,
+    serve_in,
+    served_transformers,
     unpatch_all,
 )
-from spacy_accelerate.pipeline.shim import ShimLocation, find_shim, find_span_settings
-from spacy_accelerate.pipeline.training_guard import install_training_guards
-from spacy_accelerate.pipeline.warmup import warm_up
-from spacy_accelerate.planning.auto_precision import Candidate, Choice, choose
-from spacy_accelerate.planning.judging import CalibrationSources, agreement_judge
-from spacy_accelerate.planning.overlap_plan import plan_overlap
-from spacy_accelerate.planning.recording import record_probe
+from spacy_accelerate.planning import (
+    CalibrationSources,
+    Candidate,
+    Choice,
+    agreement_judge,
+    choose,
+    plan_overlap,
+    record_probe,
+)
 from spacy_accelerate.provision.bundle import (
     BUNDLE_DIR,
     Bundle,
@@ -165,40 +162,49 @@ def apply_config(
     back from: :mod:`~spacy_accelerate.pipeline.parking`)."""
     accelerator = Accelerator(nlp, config, reloading=reloading)
     shims = [target.location for target in accelerator.targets]
+    choice = None
     try:
         if config.precision is Precision.AUTO:  # steps 5-9 for each candidate, fastest kept
             first = accelerator.targets[0]
             source = accelerator.sources.texts_of(first.location, first.detected.spec, config)
             candidates = [Candidate(p, q) for p, q in precision_candidates(config)]
             choice = choose(nlp, config, candidates, shims, source, accelerator.cache, accelerator)
-            _record_choice(nlp, choice)
         else:
             # With fallback=True, steps 5-9 run again on the next provider when one fails.
             serve_first(fallback_chain(config), accelerator)
     finally:
         accelerator.close()
     request = request or OptimizeRequest.from_config(config, threads=threads)
-    _after_serving(nlp, request, config, folder)
+    _after_serving(nlp, request, config, folder, choice)
     return nlp
 
 
 def _after_serving(
-    nlp: Language, request: OptimizeRequest, config: OptimizeConfig, folder: Path | None
+    nlp: Language,
+    request: OptimizeRequest,
+    config: OptimizeConfig,
+    folder: Path | None,
+    choice: Choice | None = None,
 ) -> None:
     """Steps 10-12, once every transformer is served, by ``optimize()`` or by a load (from
-    its bundle or not): the same for every path."""
-    for name, proxy in accelerated_components(nlp).items():
-        _log_served(name, proxy.exported)  # 10. say what serves each
+    its bundle or not): the same for every path, on the transformers found once;
+    ``choice``: why ``auto`` serves them, where it searched."""
+    served = served_transformers(nlp)
+    for each in served:  # 10. say what serves each (auto's choice kept for the record)
+        if choice is not None:
+            each.proxy.served.serve(
+                (each.proxy.session, replace(each.proxy.exported, auto_choice=choice.explain()))
+            )
+        _log_served(each.component.name, each.proxy.exported)
     plan = request.plan or plan_overlap(  # 11. the overlap plan: as recorded, or decided
-        nlp, config.overlap, threads_given=request.threads is not None, workload=config.workload
+        nlp,
+        [each.proxy for each in served],
+        config.overlap,
+        threads_given=request.threads is not None,
+        workload=config.workload,
     )
-    _remember(nlp, replace(request, overlap_plan=plan.record()), folder)  # 12. remember
-
-
-def _record_choice(nlp: Language, choice: Choice) -> None:
-    """Why ``auto`` serves each transformer, for ``accelerated_components`` as for the log."""
-    for proxy in accelerated_components(nlp).values():
-        proxy.served.serve((proxy.session, replace(proxy.exported, auto_choice=choice.explain())))
+    recorded = replace(request, overlap_plan=plan.record())
+    remember(nlp, served, recorded, _CALLS, folder)  # 12. remember
 
 
 @dataclass(frozen=True)
@@ -291,9 +297,7 @@ class Accelerator:
         )
         session, exported = get_or_export(request, self.cache)  # 6. get or export the model
         proxy = make_proxy(module, session, detected.spec, exported)  # 7. create the proxy
-        patch(location, proxy)  # 8. patch
-        if attempt.warmup:
-            warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
+        serve_in(location, proxy, spans, attempt.warmup)  # 8. patch, 9. warm up
 
     def close(self) -> None:
         """Remove the scratch exports."""
@@ -314,19 +318,6 @@ def _log_served(component: str, exported: ExportedModel) -> None:
         if agreement is not None
         else "",
     )
-
-
-def _remember(nlp: Language, request: OptimizeRequest, folder: Path | None) -> None:
-    """Make the acceleration part of the pipeline: guarded against training, its
-    all-layer listeners mixing each document unpadded, recorded in its config for
-    ``to_disk``, re-applied when new weights are loaded, and its PyTorch weights out of
-    memory while it is served (read back from ``folder``, the pipeline folder it was loaded
-    from, where there is one)."""
-    install_training_guards(nlp)
-    install_layer_mixes(nlp)
-    record(nlp, request)
-    install_load_hooks(nlp, request, _CALLS, from_file=False)
-    park_served_weights(nlp, folder, resolve_cache_dir(request.cache_dir))
 
 
 def reapply(nlp: Language, request: OptimizeRequest, folder: Path | None = None) -> None:
@@ -410,10 +401,7 @@ def _serve_bundled(bundle: Bundle, component: Any, config: OptimizeConfig) -> No
     verification = Verification(window=spans.window)
     request = ServeRequest(module, detected, attempt, resolved, verification, buckets)
     session, exported = serve_bundled(bundle, location.component, request)
-    proxy = make_proxy(module, session, detected.spec, exported)
-    patch(location, proxy)
-    if config.warmup:
-        warm_up(proxy, spans, reads_all_layers(location))
+    serve_in(location, make_proxy(module, session, detected.spec, exported), spans, config.warmup)
 
 
 def save_served(nlp: Language, request: OptimizeRequest, folder: Path) -> None:

@@ -12,14 +12,18 @@ foreign object made outside the modules of these functions, fails it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from spacy.language import Language
 
+from spacy_accelerate.cache.root import resolve_cache_dir
+from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.layer_mix import install_layer_mixes, remove_layer_mixes
 from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
 from spacy_accelerate.pipeline.patch import (
+    ServedTransformer,
     guard,
     patch,
     remove_stand_ins,
@@ -27,6 +31,7 @@ from spacy_accelerate.pipeline.patch import (
     unguard_all,
 )
 from spacy_accelerate.pipeline.persist import (
+    ApiCalls,
     forget,
     install_load_hooks,
     record,
@@ -86,3 +91,23 @@ def restore(nlp: Language) -> Language:
     for change in reversed(CHANGES):
         change.undo(nlp)
     return nlp
+
+
+def remember(
+    nlp: Language,
+    served: Sequence[ServedTransformer],
+    request: OptimizeRequest,
+    calls: ApiCalls,
+    folder: Path | None,
+) -> None:
+    """Step 12, once ``served`` (every transformer of ``nlp``) runs accelerated: make the
+    acceleration part of the pipeline: guarded against training, its all-layer listeners
+    mixing each document unpadded, ``request`` recorded in its config for ``to_disk``,
+    applied again (through ``calls``) when new weights are loaded, and its PyTorch weights
+    out of memory while it is served (read back from ``folder``, the pipeline folder it
+    was loaded from, where there is one)."""
+    install_training_guards(nlp)
+    install_layer_mixes([each.component for each in served])
+    record(nlp, request)
+    install_load_hooks(nlp, request, calls, from_file=False)
+    park_served_weights(served, folder, resolve_cache_dir(request.cache_dir))

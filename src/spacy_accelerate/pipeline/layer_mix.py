@@ -19,7 +19,7 @@ new. spacy-transformers' listeners have no layer weighting.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import singledispatch
@@ -36,7 +36,7 @@ from thinc.api import Model
 from thinc.shims import PyTorchShim
 from thinc.types import Ragged
 
-from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.components import TransformerComponent, transformer_components
 
 LayerOutputs = list[list[Ragged]]
 
@@ -117,15 +117,20 @@ def _(pipe: CuratedTransformer) -> list[Model]:
 def weighting_layers(nlp: Language) -> Iterator[Model]:
     """The layer-weighting layer of every scalar-weighting listener of ``nlp``'s
     transformers."""
-    for component in transformer_components(nlp):
+    return _weighting_layers(transformer_components(nlp))
+
+
+def _weighting_layers(components: Iterable[TransformerComponent]) -> Iterator[Model]:
+    for component in components:
         for listener in _listeners(component.pipe):
             if listener._func is scalar_weighting_listener_forward:
                 yield listener.layers[0]
 
 
-def install_layer_mixes(nlp: Language) -> None:
-    """Mix every scalar-weighting listener's layers per document (idempotent)."""
-    for layer in weighting_layers(nlp):
+def install_layer_mixes(components: Iterable[TransformerComponent]) -> None:
+    """Mix the layers of every scalar-weighting listener of ``components`` per document
+    (idempotent)."""
+    for layer in _weighting_layers(components):
         if not isinstance(layer._func, UnpaddedLayerMix):
             layer._func = UnpaddedLayerMix(layer._func)
 

@@ -14,12 +14,14 @@ are parked in loses them: thinc truncates the file before it asks for them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from spacy.language import Language
 from thinc.api import Model
 
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.patch import ServedTransformer
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.serving.parked_weights import (
     TemporaryWeightsFile,
@@ -32,19 +34,19 @@ from spacy_accelerate.serving.proxy import AcceleratedModule
 logger = logging.getLogger("spacy_accelerate")
 
 
-def park_served_weights(nlp: Language, folder: Path | None, scratch: Path) -> None:
-    """Park the PyTorch weights of every accelerated transformer of ``nlp``: read back
-    from ``folder`` (the pipeline folder they were loaded from or saved to, None where
-    there is none) where it holds them in thinc's format, else from a temporary file
-    written in ``scratch`` (the cache folder); kept in memory where neither can be had."""
-    for component in transformer_components(nlp):
-        location = find_shim(component)
-        proxy = location.module
-        if not isinstance(proxy, AcceleratedModule) or not proxy.parks_weights:
+def park_served_weights(
+    served: Iterable[ServedTransformer], folder: Path | None, scratch: Path
+) -> None:
+    """Park the PyTorch weights of the ``served`` transformers: read back from ``folder``
+    (the pipeline folder they were loaded from or saved to, None where there is none)
+    where it holds them in thinc's format, else from a temporary file written in
+    ``scratch`` (the cache folder); kept in memory where neither can be had."""
+    for each in served:
+        if not each.proxy.parks_weights:
             continue
-        source = _source(location, component.pipe.model, folder, proxy, scratch)
+        source = _source(each.location, each.component.pipe.model, folder, each.proxy, scratch)
         if source is not None:
-            proxy.original.park(source)
+            each.proxy.original.park(source)
     return_freed_memory()
 
 

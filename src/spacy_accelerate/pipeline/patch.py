@@ -1,4 +1,4 @@
-"""Step 8: swap the proxy into the shim, and undo it.
+"""Steps 8 and 9: swap the proxy into the shim (and warm it up), and undo it.
 
 Two attributes change: the shim's module becomes the proxy, and the thinc
 wrapper's ``convert_inputs`` is wrapped so that every call tells the module
@@ -25,8 +25,8 @@ from thinc.shims import PyTorchShim
 from thinc.types import ArgsKwargs
 
 from spacy_accelerate.cpu_budget import BUDGET
-from spacy_accelerate.pipeline.components import transformer_components
-from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
+from spacy_accelerate.pipeline.components import TransformerComponent, transformer_components
+from spacy_accelerate.pipeline.shim import ShimLocation, SpanSettings, find_shim
 from spacy_accelerate.pipeline.swap import (
     held_exclusively,
     install_guard,
@@ -34,6 +34,7 @@ from spacy_accelerate.pipeline.swap import (
     scoped_module,
     swap_module,
 )
+from spacy_accelerate.pipeline.warmup import warm_up
 from spacy_accelerate.serving.proxy import ALL_LAYERS_KWARG, AcceleratedEncoder, AcceleratedModule
 
 #: Set by spacy-curated-transformers on the wrapper before every call: whether
@@ -114,6 +115,16 @@ def patch(location: ShimLocation, proxy: AcceleratedModule) -> None:
     BUDGET.serve(proxy)
 
 
+def serve_in(
+    location: ShimLocation, proxy: AcceleratedModule, spans: SpanSettings, warm: bool
+) -> None:
+    """Steps 8-9: ``proxy`` swapped in at ``location`` and, where ``warm``, run once on
+    the shapes ``spans`` cuts (every layer where the pipeline reads every layer)."""
+    patch(location, proxy)  # 8. patch
+    if warm:
+        warm_up(proxy, spans, reads_all_layers(location))  # 9. warm up
+
+
 def reads_all_layers(location: ShimLocation) -> bool:
     """Whether the pipeline reads every layer of this transformer (what warm-up runs)."""
     proxy = location.shim._model
@@ -156,14 +167,30 @@ def exclusive(location: ShimLocation) -> Any:
     return held_exclusively(location.layer)
 
 
+@dataclass(frozen=True)
+class ServedTransformer:
+    """One transformer component that runs accelerated: the component, its shim and the
+    module serving it. ``optimize()`` and a load find them once, after steps 5-9, and pass
+    them on to steps 10-12."""
+
+    component: TransformerComponent
+    location: ShimLocation
+    proxy: AcceleratedModule
+
+
+def served_transformers(nlp: Language) -> tuple[ServedTransformer, ...]:
+    """The transformer components of ``nlp`` that run accelerated, in pipeline order."""
+    served = []
+    for component in transformer_components(nlp):
+        location = find_shim(component)
+        if isinstance(location.module, AcceleratedModule):
+            served.append(ServedTransformer(component, location, location.module))
+    return tuple(served)
+
+
 def accelerated_components(nlp: Language) -> dict[str, AcceleratedModule]:
     """The accelerated transformer modules of ``nlp``, by component name."""
-    found: dict[str, AcceleratedModule] = {}
-    for component in transformer_components(nlp):
-        module = find_shim(component).module
-        if isinstance(module, AcceleratedModule):
-            found[component.name] = module
-    return found
+    return {served.component.name: served.proxy for served in served_transformers(nlp)}
 
 
 def is_optimized(nlp: Language) -> bool:

@@ -40,7 +40,7 @@ from spacy_accelerate.errors import WeightsUnavailableError
 from spacy_accelerate.options.request import OptimizeRequest
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.parking import park_served_weights, read_back_weights
-from spacy_accelerate.pipeline.patch import patch, unpatch
+from spacy_accelerate.pipeline.patch import patch, served_transformers, unpatch
 from spacy_accelerate.pipeline.pipe import install_pipe, remove_pipe
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
 from spacy_accelerate.pipeline.swap import swap_module
@@ -224,7 +224,8 @@ class SaveServed:
         type(self.nlp).to_disk(self.nlp, path, *args, **kwargs)
         self.saver(self.nlp, self.request, Path(path))
         folder = weights_folder(self.nlp, Path(path), kwargs)
-        park_served_weights(self.nlp, folder, resolve_cache_dir(self.request.cache_dir))
+        scratch = resolve_cache_dir(self.request.cache_dir)
+        park_served_weights(served_transformers(self.nlp), folder, scratch)
 
 
 def install_load_hooks(

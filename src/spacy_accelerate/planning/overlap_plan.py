@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate
 from typing import Any
@@ -33,7 +34,7 @@ from spacy.language import Language
 from spacy_accelerate.cpu_budget import MIN_OVERLAP_GAIN, OverlapCost, OverlapPlan
 from spacy_accelerate.errors import Advice, spelled
 from spacy_accelerate.options.config import Workload
-from spacy_accelerate.pipeline.patch import accelerated_components, is_optimized
+from spacy_accelerate.pipeline.patch import is_optimized
 from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.planning.recording import builtin_texts
 from spacy_accelerate.planning.stage_times import Breakdown, StageKind, breakdown
@@ -71,13 +72,18 @@ def sample_texts(words: int = SAMPLE_WORDS) -> list[str]:
 
 
 def plan_overlap(
-    nlp: Language, overlap: bool | None, *, threads_given: bool, workload: Workload
+    nlp: Language,
+    served: Sequence[AcceleratedModule],
+    overlap: bool | None,
+    *,
+    threads_given: bool,
+    workload: Workload,
 ) -> OverlapPlan:
-    """Decide (see the module's docstring) and serve ``nlp`` on the plan: ``overlap`` as
-    the caller gave it (None: where it pays, and never for single documents, which
-    ``nlp.pipe`` does not serve); ``threads_given``: the runtime's threads are the
-    caller's, never fewer."""
-    proxies = _cpu_proxies(nlp)
+    """Decide (see the module's docstring) and serve ``nlp`` on the plan: ``served``: its
+    accelerated modules; ``overlap`` as the caller gave it (None: where it pays, and never
+    for single documents, which ``nlp.pipe`` does not serve); ``threads_given``: the
+    runtime's threads are the caller's, never fewer."""
+    proxies = [proxy for proxy in served if not proxy.session.config.on_gpu]
     if overlap is None and workload is Workload.DOCUMENTS:
         plan = OverlapPlan(
             False,
@@ -104,15 +110,10 @@ def plan_overlap(
         plan = OverlapPlan(on, fewer if on else 0, f"{timed}, measured {gain:.2f}x")
     else:
         plan = OverlapPlan(True, fewer, spelled([Advice("overlap", True), f"; {timed}"]))
-    serve_plan(nlp, plan, threads)
+    for proxy in proxies:
+        proxy.served.serve_on(plan.runtime_threads(threads))
     logger.info("spacy-accelerate: %s", describe(plan, threads))
     return replace(plan, asked=overlap)
-
-
-def serve_plan(nlp: Language, plan: OverlapPlan, threads: int) -> None:
-    """Serve ``nlp``'s runtimes on the threads ``plan`` gives them out of ``threads``."""
-    for proxy in _cpu_proxies(nlp):
-        proxy.served.serve_on(plan.runtime_threads(threads))
 
 
 def describe(plan: OverlapPlan, threads: int) -> str:
@@ -121,10 +122,6 @@ def describe(plan: OverlapPlan, threads: int) -> str:
         return f"overlap off ({plan.why})"
     runtime = plan.runtime_threads(threads)
     return f"overlap on, the runtime on {runtime} of {threads} threads ({plan.why})"
-
-
-def _cpu_proxies(nlp: Language) -> list[AcceleratedModule]:
-    return [m for m in accelerated_components(nlp).values() if not m.session.config.on_gpu]
 
 
 def _measured_gain(
