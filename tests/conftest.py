@@ -1,9 +1,28 @@
-"""Shared fixtures: offline sample pipelines, real EWT text and an isolated model cache."""
+"""Shared fixtures: offline sample pipelines, real EWT text and an isolated model cache.
 
+Under pytest-xdist each worker runs on its own share of the CPUs (pinned before torch is
+imported, as torch's OpenMP sizes its team from the affinity it loads with): workers that
+each used every CPU spun against each other, and the code under test reads the CPUs it
+has (``cpu_budget.affinity_cpus``), as in a service of one process a CPU."""
+
+# ruff: noqa: E402
 from __future__ import annotations
 
-import dataclasses
 import os
+
+
+def _pin_this_worker() -> None:
+    """Pin an xdist worker to CPUs ``index::count`` of those it may run on."""
+    index = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if index.isdigit() and 1 < count <= len(cpus):
+        os.sched_setaffinity(0, cpus[int(index) :: count])
+
+
+_pin_this_worker()
+
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 

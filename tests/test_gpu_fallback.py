@@ -19,7 +19,6 @@ import torch
 from annotations import disagreements, max_abs_diff, run
 
 import spacy_accelerate
-from spacy_accelerate import api as accelerate
 from spacy_accelerate.backends import registry as providers
 from spacy_accelerate.backends.onnxruntime import session as runtime
 from spacy_accelerate.backends.onnxruntime.provider_options import import_onnxruntime
@@ -35,6 +34,7 @@ from spacy_accelerate.errors import (
 )
 from spacy_accelerate.options.config import Provider
 from spacy_accelerate.options.request import build_config
+from spacy_accelerate.pipeline import patch as patch_module
 
 ort = import_onnxruntime()
 TEXTS_USED = 16
@@ -221,7 +221,7 @@ def test_a_failure_after_patching_puts_the_previous_acceleration_back(
         patched.append(spacy_accelerate.accelerated_components(nlp)["transformer"])
         raise EngineBuildError("the engine failed at warm-up")
 
-    monkeypatch.setattr(accelerate, "warm_up", failing_warm_up)
+    monkeypatch.setattr(patch_module, "warm_up", failing_warm_up)
     with pytest.raises(EngineBuildError, match="failed at warm-up"):
         spacy_accelerate.optimize(nlp, "cuda", "fp16", cache_dir=cache_dir)
     assert patched and patched[0] is not before  # the new proxy was in place ...
