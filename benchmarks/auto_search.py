@@ -6,7 +6,7 @@
 For each pipeline, ``optimize(nlp, provider="auto", precision="auto")`` runs in an empty
 cache folder of its own, alternating the pruned search (what ``optimize()`` does) and the
 full one (every candidate built and judged, no rivals:
-:func:`spacy_accelerate.planning.auto_precision.full_search`); then once more in the same
+:func:`spacy_accelerate.planning.auto_search.full_search`); then once more in the same
 folder (warm: the stored choice, a cache hit). Reported: the seconds of each, the plan each
 served (with the choice it stored: every passing plan's timed seconds, every refusal),
 and whether the two searches served the same plan.
@@ -37,7 +37,8 @@ import spacy_accelerate  # noqa: E402
 from spacy_accelerate.bench.side_by_side import write_report  # noqa: E402
 from spacy_accelerate.cpu_features import cpu_features, simulated  # noqa: E402
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
-from spacy_accelerate.planning.auto_precision import CHOICE_FILE, full_search  # noqa: E402
+from spacy_accelerate.planning.auto_precision import CHOICE_FILE  # noqa: E402
+from spacy_accelerate.planning.auto_search import full_search  # noqa: E402
 
 SEARCHES: dict[str, Callable[[], AbstractContextManager[Any]]] = {
     "pruned": nullcontext,

@@ -65,7 +65,7 @@ from spacy_accelerate.errors import AccuracyError, PrecisionUnavailableError  # 
 from spacy_accelerate.export.fingerprint import package_versions  # noqa: E402
 from spacy_accelerate.options.agreement import parse_min_agreement  # noqa: E402
 from spacy_accelerate.pipeline.components import transformer_components  # noqa: E402
-from spacy_accelerate.planning.auto_precision import full_search  # noqa: E402
+from spacy_accelerate.planning.auto_search import full_search  # noqa: E402
 from spacy_accelerate.verify.agreement import compare  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"

@@ -24,7 +24,7 @@ from spacy_accelerate.options.config import texts_digest
 from spacy_accelerate.options.request import OptimizeRequest, build_config
 from spacy_accelerate.pipeline.components import find_transformer_components
 from spacy_accelerate.pipeline.shim import find_shim
-from spacy_accelerate.planning import auto_precision, judging
+from spacy_accelerate.planning import auto_precision, auto_search, judging
 from spacy_accelerate.planning.annotating import annotate
 from spacy_accelerate.planning.judging import check_agreement
 from spacy_accelerate.planning.recording import builtin_texts, record_calibration
@@ -241,13 +241,13 @@ def test_bf16_is_refused_when_pytorch_autocast_is_more_faithful(
 class _Searches:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        search = auto_precision.AutoSearch.run
+        search = auto_search.AutoSearch.run
 
         def counted(*args, **kwargs):
             self.count += 1
             return search(*args, **kwargs)
 
-        monkeypatch.setattr(auto_precision.AutoSearch, "run", counted)
+        monkeypatch.setattr(auto_search.AutoSearch, "run", counted)
 
 
 def _stored_choice(cache_dir: Path) -> dict:
@@ -271,7 +271,7 @@ def test_auto_serves_the_fastest_passing_plan_and_a_warm_start_reuses_it(
     assert set(seconds) | set(choice["refused"]) == {"cpu fp32", "cpu int8"}
     chosen = f"{choice['chosen']['provider']} {choice['chosen']['precision']}"
     ranks = {"cpu fp32": 0, "cpu int8": 2}  # int8 must beat fp32 by the margin to win
-    assert chosen == auto_precision.fastest(seconds, ranks)
+    assert chosen == auto_search.fastest(seconds, ranks)
     proxy = spacy_accelerate.accelerated_components(bert)["transformer"]
     assert proxy.session.config.precision.value == choice["chosen"]["precision"]
     assert f"precision='auto' chose {chosen}" in caplog.text
@@ -403,7 +403,7 @@ def test_the_reference_is_pytorch_fp32_even_where_another_transformer_is_acceler
 
 
 def test_a_lossier_plan_must_beat_a_less_lossy_one_by_the_margin():
-    fastest = auto_precision.fastest
+    fastest = auto_search.fastest
     ranks = {"cpu fp32": 0, "openvino fp32": 0, "openvino bf16": 1, "cpu int8": 2}
     ranks["openvino int8"] = 2
     assert LOSSY_MARGIN == 0.05

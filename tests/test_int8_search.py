@@ -34,7 +34,7 @@ from spacy_accelerate.errors import (
 from spacy_accelerate.options.config import Precision, Provider
 from spacy_accelerate.options.gate import Gate
 from spacy_accelerate.options.request import build_config
-from spacy_accelerate.planning import auto_precision
+from spacy_accelerate.planning import auto_search
 from spacy_accelerate.serving.proxy import AcceleratedModule
 from spacy_accelerate.verify import speed
 from spacy_accelerate.verify.parity import ParityReport
@@ -446,28 +446,28 @@ def test_auto_tries_cheap_plans_first_and_bounds_the_rest_by_the_fastest_that_pa
             raise AgreementError("changed", finding=(f"{label} changed tags",))
         location.module = _module(label)
 
-    monkeypatch.setattr(auto_precision, "revert", lambda location, module: None)
-    monkeypatch.setattr(auto_precision, "patch", lambda location, module: None)
+    monkeypatch.setattr(auto_search, "revert", lambda location, module: None)
+    monkeypatch.setattr(auto_search, "patch", lambda location, module: None)
     timed: list[str] = []
 
     def time_it(self, modules, texts=()):
         timed.append(modules[0].session)
         return seconds[modules[0].session]
 
-    monkeypatch.setattr(auto_precision.AutoSearch, "timed", time_it)
+    monkeypatch.setattr(auto_search.AutoSearch, "timed", time_it)
     # The deferred search's all-int8 plan ("base", 0.45) loses to openvino int8 (0.4), as
     # lossy as it, so raced without a margin.
     monkeypatch.setattr(speed, "race", _timed({"base": 0.45, "openvino int8": 0.4}))
     source = Mock(texts=("a text",), full=Mock(items=ITEMS))
     config = build_config("auto", "auto")
-    search = auto_precision.AutoSearch(Mock(), config, [location], source, accelerate)
+    search = auto_search.AutoSearch(Mock(), config, [location], source, accelerate)
     candidates = [
-        auto_precision.Candidate(Provider(p), Precision(q))
+        auto_search.Candidate(Provider(p), Precision(q))
         for p, q in [("cpu", "int8"), ("openvino", "int8"), ("openvino", "bf16"), ("cpu", "fp32")]
     ]
     if full:
-        with auto_precision.full_search():
-            search = auto_precision.AutoSearch(Mock(), config, [location], source, accelerate)
+        with auto_search.full_search():
+            search = auto_search.AutoSearch(Mock(), config, [location], source, accelerate)
             choice = search.run(candidates)
     else:
         choice = search.run(candidates)
@@ -475,9 +475,9 @@ def test_auto_tries_cheap_plans_first_and_bounds_the_rest_by_the_fastest_that_pa
     # Each passing plan is warmed up and timed once when served, then timed again in the
     # race, however slow its first turn (fp32's 1.0 s is 2.5 times int8's 0.4 s).
     assert {label: timed.count(label) for label in passing} == {
-        "cpu fp32": 1 + auto_precision.TURNS,
-        "openvino bf16": 1 + auto_precision.TURNS,
-        "openvino int8": 1 + auto_precision.TURNS,
+        "cpu fp32": 1 + auto_search.TURNS,
+        "openvino bf16": 1 + auto_search.TURNS,
+        "openvino int8": 1 + auto_search.TURNS,
     }
     if full:  # every candidate in full, no rivals
         assert all(not rivals and ladders for _, rivals, ladders in calls)
@@ -524,18 +524,18 @@ def test_a_second_round_races_its_base_again_only_against_another_bar(
     monkeypatch.setattr(speed, "race", race)
     source = Mock(texts=("a text",), full=Mock(items=ITEMS))
     config = build_config("auto", "auto")
-    search = auto_precision.AutoSearch(Mock(), config, [_Location()], source, Mock())
-    bf16 = auto_precision.Candidate(Provider.OPENVINO, Precision.BF16)
-    search.served[bf16.label] = auto_precision.Served(bf16, [_module(bf16.label)], [0.6])
-    cpu_int8 = auto_precision.Candidate(Provider.CPU, Precision.INT8)
+    search = auto_search.AutoSearch(Mock(), config, [_Location()], source, Mock())
+    bf16 = auto_search.Candidate(Provider.OPENVINO, Precision.BF16)
+    search.served[bf16.label] = auto_search.Served(bf16, [_module(bf16.label)], [0.6])
+    cpu_int8 = auto_search.Candidate(Provider.CPU, Precision.INT8)
     base = Built("all-int8", "all-int8", "base", _report)
     won = speed.Race(0.3, 0.6, bf16.label, 1, speed.LOSSY_MARGIN)
     first = Resumed(("whole plans",), base, races=(won,))
     # The bar is still the plan the first round raced: its race stands.
     assert search.can_win(cpu_int8, first) == first and raced == []
     # Another plan passed since and set a new bar: the base races that one.
-    ov_int8 = auto_precision.Candidate(Provider.OPENVINO, Precision.INT8)
-    search.served[ov_int8.label] = auto_precision.Served(ov_int8, [_module(ov_int8.label)], [0.4])
+    ov_int8 = auto_search.Candidate(Provider.OPENVINO, Precision.INT8)
+    search.served[ov_int8.label] = auto_search.Served(ov_int8, [_module(ov_int8.label)], [0.4])
     resumed = search.can_win(cpu_int8, first)
     assert raced == [ov_int8.label]
     assert resumed is not None and resumed.races[0].baseline_name == ov_int8.label

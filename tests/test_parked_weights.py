@@ -29,7 +29,7 @@ import spacy_accelerate
 from spacy_accelerate import WeightsUnavailableError
 from spacy_accelerate.pipeline.patch import accelerated_components
 from spacy_accelerate.provision.get_or_export import Origin
-from spacy_accelerate.serving.parked_weights import SavedModelFile, TemporaryWeightsFile
+from spacy_accelerate.serving.weight_sources import SavedModelFile, TemporaryWeightsFile
 
 BATCH = 8
 

@@ -17,7 +17,7 @@ from spacy.language import Language
 import spacy_accelerate
 from spacy_accelerate import InvalidOptionError
 from spacy_accelerate.pipeline.persist import CALLBACK_KEY
-from spacy_accelerate.planning import auto_precision
+from spacy_accelerate.planning import auto_precision, auto_search
 
 
 def test_the_workload_round_trips_through_to_disk_and_load(
@@ -64,7 +64,7 @@ def test_auto_times_a_documents_workload_one_document_per_call(
     spacy_accelerate.optimize(bert, "cpu", "auto", workload="batches")
     in_batches = len(calls)
     spacy_accelerate.optimize(bert, "cpu", "auto", workload="documents")  # another choice
-    timed = auto_precision.timed_texts(auto_precision.builtin_texts())
+    timed = auto_search.timed_texts(auto_search.builtin_texts())
     # every passing plan at least its first turn, one call per timed text
     assert len(calls) - in_batches >= len(timed)
     choices = [

@@ -23,13 +23,13 @@ from thinc.api import Model
 from spacy_accelerate.pipeline.components import transformer_components
 from spacy_accelerate.pipeline.patch import ServedTransformer
 from spacy_accelerate.pipeline.shim import ShimLocation, find_shim
-from spacy_accelerate.serving.parked_weights import (
+from spacy_accelerate.serving.proxy import AcceleratedModule
+from spacy_accelerate.serving.weight_sources import (
     TemporaryWeightsFile,
     WeightsSource,
     return_freed_memory,
     saved_model_file,
 )
-from spacy_accelerate.serving.proxy import AcceleratedModule
 
 logger = logging.getLogger("spacy_accelerate")
 

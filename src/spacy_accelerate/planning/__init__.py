@@ -5,7 +5,8 @@ The names below are what the API (:mod:`spacy_accelerate.api`) uses: the probe r
 before anything is swapped, the agreement gate, ``auto``'s search and the overlap plan
 (step 11)."""
 
-from spacy_accelerate.planning.auto_precision import Candidate, Choice, choose
+from spacy_accelerate.planning.auto_precision import choose
+from spacy_accelerate.planning.auto_search import Candidate, Choice
 from spacy_accelerate.planning.judging import CalibrationSources, agreement_judge
 from spacy_accelerate.planning.overlap_plan import plan_overlap
 from spacy_accelerate.planning.recording import record_probe

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from spacy_accelerate.serving.parked_weights import ParkedWeights, PickledWeights, WeightsSource
+from spacy_accelerate.serving.parked_weights import ParkedWeights, PickledWeights
+from spacy_accelerate.serving.weight_sources import WeightsSource
 
 
 class OriginalModule:

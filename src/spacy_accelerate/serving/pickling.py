@@ -24,12 +24,9 @@ from spacy_accelerate.provision.get_or_export import ExportedModel, reopen
 from spacy_accelerate.runtime.providers import ResolvedProvider
 from spacy_accelerate.runtime.session import Session, SessionLayout
 from spacy_accelerate.serving.original_module import OriginalModule
-from spacy_accelerate.serving.parked_weights import (
-    PickledWeights,
-    park_unpickled,
-    return_freed_memory,
-)
+from spacy_accelerate.serving.parked_weights import PickledWeights, park_unpickled
 from spacy_accelerate.serving.served_model import ServedModel, worker_config
+from spacy_accelerate.serving.weight_sources import return_freed_memory
 
 logger = logging.getLogger("spacy_accelerate")
 
