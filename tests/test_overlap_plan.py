@@ -14,6 +14,7 @@ import spacy_accelerate
 from spacy_accelerate import cpu_budget
 from spacy_accelerate.cpu_budget import OverlapCost
 from spacy_accelerate.pipeline.components import transformer_components
+from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.pipeline.shim import find_shim
 from spacy_accelerate.planning import overlap_plan
 from spacy_accelerate.planning.overlap_plan import sample_texts
@@ -88,7 +89,7 @@ def test_optimize_serves_on_the_measured_split_and_measures_a_predicted_gain(
         measured.append(len(texts))
         return _times(*HEAVY_HEADS)
 
-    def gain(nlp: Language, proxies: list, runtime: int, texts: list[str]) -> float:
+    def gain(nlp: Language, stages, proxies: list, runtime: int, texts: list[str]) -> float:
         gains.append(runtime)
         return 1.01  # measured no gain, whatever the model predicted
 
@@ -116,7 +117,9 @@ def test_the_measured_gain_times_both_ways_on_the_real_pipeline(
     spacy_accelerate.optimize(nlp, "cpu", "fp32", cache_dir=cache_dir, overlap=False)
     proxies = list(spacy_accelerate.accelerated_components(nlp).values())
     before = [proxy.served.serving() for proxy in proxies]
-    gain = overlap_plan._measured_gain(nlp, proxies, 1, sample_texts(200))
+    stages = overlapped_stages(nlp)
+    assert stages is not None
+    gain = overlap_plan._measured_gain(nlp, stages, proxies, 1, sample_texts(200))
     assert 0.1 < gain < 10
     assert [proxy.served.serving() for proxy in proxies] == before  # put back as it was
 

@@ -34,11 +34,10 @@ from spacy.language import Language
 from spacy_accelerate.cpu_budget import MIN_OVERLAP_GAIN, OverlapCost, OverlapPlan
 from spacy_accelerate.errors import Advice, spelled
 from spacy_accelerate.options.config import Workload
-from spacy_accelerate.pipeline.patch import is_optimized
 from spacy_accelerate.pipeline.pipe import overlapped_stages
 from spacy_accelerate.planning.recording import builtin_texts
 from spacy_accelerate.planning.stage_times import Breakdown, StageKind, breakdown
-from spacy_accelerate.serving.overlap import OverlappedPipe
+from spacy_accelerate.serving.overlap import OverlappedPipe, Stages
 from spacy_accelerate.serving.proxy import AcceleratedModule
 
 logger = logging.getLogger("spacy_accelerate")
@@ -93,7 +92,8 @@ def plan_overlap(
         )
         logger.info("spacy-accelerate: %s", describe(plan, 0))
         return plan
-    if overlap is False or not proxies or overlapped_stages(nlp) is None:
+    stages = overlapped_stages(nlp) if overlap is not False and proxies else None
+    if stages is None:
         why = spelled([Advice("overlap", False)]) if overlap is False else "nothing to overlap"
         return OverlapPlan(bool(overlap), 0, why, overlap)
     threads = min(proxy.session.config.intra_op_threads for proxy in proxies)
@@ -105,7 +105,7 @@ def plan_overlap(
     if overlap is None and not cost.pays:
         plan = OverlapPlan(False, 0, f"{timed}, under {MIN_OVERLAP_GAIN}x")
     elif overlap is None:
-        gain = _measured_gain(nlp, proxies, threads - fewer, texts)
+        gain = _measured_gain(nlp, stages, proxies, threads - fewer, texts)
         on = gain >= MIN_OVERLAP_GAIN
         plan = OverlapPlan(on, fewer if on else 0, f"{timed}, measured {gain:.2f}x")
     else:
@@ -125,18 +125,20 @@ def describe(plan: OverlapPlan, threads: int) -> str:
 
 
 def _measured_gain(
-    nlp: Language, proxies: list[AcceleratedModule], runtime: int, texts: list[str]
+    nlp: Language,
+    stages: Stages,
+    proxies: list[AcceleratedModule],
+    runtime: int,
+    texts: list[str],
 ) -> float:
-    """Words per second of ``texts`` overlapped (the runtime on ``runtime`` threads) over
-    one stage after the other (on every thread), in :data:`MEASURED_BATCHES` batches, the
-    fastest of :data:`ROUNDS` each, alternating."""
+    """Words per second of ``texts`` overlapped (``stages``, the runtime on ``runtime``
+    threads) over one stage after the other (on every thread), in :data:`MEASURED_BATCHES`
+    batches, the fastest of :data:`ROUNDS` each, alternating."""
     full = [proxy.served.serving() for proxy in proxies]
     for proxy in proxies:
         proxy.served.serve_on(runtime)
     fewer = [proxy.served.serving() for proxy in proxies]
-    stages = overlapped_stages(nlp)
-    assert stages is not None
-    spacys, glue = type(nlp).pipe, is_optimized(nlp)
+    spacys, glue = type(nlp).pipe, True  # step 11: every transformer is served
     batch = max(1, -(-len(texts) // MEASURED_BATCHES))
     size: dict[str, Any] = {"batch_size": batch}
     taken: dict[bool, list[float]] = {False: [], True: []}
