@@ -81,6 +81,10 @@ TRAINED_BUILDER_VERSION = "3"
 TRAINING_RECORD = "training.json"
 HEAD_CONFIG = "config.cfg"
 
+#: The committed subset a reference is scored on in the fast tests: the first sentences of
+#: UD-EWT test, whose gold scores are recorded with the heads (``test_subset_scores``).
+SUBSET_SENTENCES = 400
+
 Logger = Callable[[str], None]
 
 
@@ -447,7 +451,7 @@ def train_heads_artifact(
     """Train ``reference``'s heads from scratch (with its recipe unless ``settings`` is
     given) and write them to its heads folder (or ``target``): each head's folder, the
     config they belong to and :data:`TRAINING_RECORD` (settings, the run, the encoder
-    digest, gold scores on EWT dev and test, seconds). Returns the record."""
+    digest, gold scores on EWT dev, test and its first :data:`SUBSET_SENTENCES`, seconds). Returns the record."""
     settings = settings if settings is not None else reference.training
     target = target if target is not None else reference.heads_dir
     started = time.perf_counter()
@@ -469,6 +473,7 @@ def train_heads_artifact(
         # EWT dev chose the settings; its entities are NER training data (UNER dev).
         "dev_scores": evaluate_on_ewt_test(nlp, split="dev"),
         "test_scores": evaluate_on_ewt_test(nlp, split="test"),
+        "test_subset_scores": evaluate_on_ewt_test(nlp, SUBSET_SENTENCES, split="test"),
         "versions": {d: metadata.version(d) for d in ("spacy", "thinc", "torch", "numpy")},
     }
     shutil.rmtree(target, ignore_errors=True)
