@@ -451,7 +451,8 @@ def train_heads_artifact(
     """Train ``reference``'s heads from scratch (with its recipe unless ``settings`` is
     given) and write them to its heads folder (or ``target``): each head's folder, the
     config they belong to and :data:`TRAINING_RECORD` (settings, the run, the encoder
-    digest, gold scores on EWT dev, test and its first :data:`SUBSET_SENTENCES`, seconds). Returns the record."""
+    digest, gold scores on EWT dev, test and its first :data:`SUBSET_SENTENCES`, seconds).
+    Returns the record."""
     settings = settings if settings is not None else reference.training
     target = target if target is not None else reference.heads_dir
     started = time.perf_counter()
