@@ -4,7 +4,9 @@ errors on either side in the caller's thread; no thread outlives the ``pipe`` ca
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -146,6 +148,45 @@ def test_a_generator_closed_early_leaves_no_thread(roberta: Language, many_texts
     assert len(_helpers()) == 1
     stream.close()
     assert _helpers() == [] and len(first) == 3
+
+
+class _SlowToDie:
+    """Held by the helper thread in a thread-local, like OpenVINO's infer request: it is
+    destroyed as the thread ends, after the helper's work returned, and takes a while."""
+
+    def __init__(self, dying: threading.Event, dead: threading.Event) -> None:
+        self.dying, self.dead = dying, dead
+
+    def __del__(self) -> None:
+        self.dying.set()
+        time.sleep(0.5)
+        self.dead.set()
+
+
+def test_the_exit_waits_for_an_abandoned_helper_until_its_thread_has_ended(
+    roberta: Language, many_texts: list[str], monkeypatch: pytest.MonkeyPatch
+):
+    # An abandoned pipe stops its helper without waiting for it; the process's exit then
+    # must, to the end of the thread: a runtime's destructor still running in it when the
+    # interpreter finalizes aborted the process ("terminate called", CI of 619420a).
+    proxy = spacy_accelerate.accelerated_components(roberta)["transformer"]
+    run, local = proxy._run, threading.local()
+    dying, dead = threading.Event(), threading.Event()
+
+    def holding(*args: object, **kwargs: object) -> object:
+        if threading.current_thread().name == HELPER and not hasattr(local, "held"):
+            local.held = _SlowToDie(dying, dead)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(proxy, "_run", holding)
+    stream = roberta.pipe(many_texts, batch_size=4)
+    next(stream)
+    del stream  # abandoned: its finalizer stops the helper, and does not join it
+    gc.collect()
+    assert dying.wait(60)  # the helper's work has returned; its thread is ending
+    overlap_module.HELPERS.stop_all()  # what the process's exit runs
+    assert dead.is_set()
+    assert _helpers() == []
 
 
 def test_as_tuples_disable_and_component_cfg_are_spacys(roberta: Language, many_texts: list[str]):

@@ -200,42 +200,51 @@ def _run_helper(nlp: Language, channel: _Channel, options: dict[str, Any], glue_
         return
     except BaseException as error:  # raised again in the caller's thread
         channel.hand_over(_Failure(error))
-    finally:
-        HELPERS.ended(threading.current_thread())
 
 
 class Helpers:
-    """The helper threads running now, each with its channel: the process's exit stops
-    (aborting the runtime call in flight) and joins them all before the interpreter
-    finalizes (see the module's docstring)."""
+    """The helper threads started and not yet ended, each with its channel: the process's
+    exit stops them (aborting the runtime call in flight) and joins them all before the
+    interpreter finalizes (see the module's docstring).
+
+    A helper counts as running until its thread has ended, not until its work returned:
+    what the thread holds is destroyed as it ends (OpenVINO's infer request, kept in a
+    thread-local). A helper stopped by its pipe's finalizer (abandoned, or left by
+    ``sys.exit``, an error or Ctrl-C), which does not join it, may still be ending when the
+    caller's code ends: the exit waits for it too (an abort seen once in CI on OpenVINO,
+    ``tests/test_exit_status.py``). The channel is held weakly: a finished helper keeps no
+    documents alive."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[threading.Thread, _Channel] = {}
+        self._started: dict[threading.Thread, weakref.ref[_Channel]] = {}
 
     def start(self, thread: threading.Thread, channel: _Channel) -> None:
+        """Start ``thread``, the helper of ``channel``; forget those that have ended."""
         with self._lock:
-            self._running[thread] = channel
-        thread.start()
-
-    def ended(self, thread: threading.Thread) -> None:
-        with self._lock:
-            self._running.pop(thread, None)
+            self._started = {
+                started: held for started, held in self._started.items() if started.is_alive()
+            }
+            self._started[thread] = weakref.ref(channel)
+            thread.start()
 
     def stop_all(self) -> None:
-        """Stop every helper and wait for each (at exit, with the caller's code done)."""
+        """Stop every helper and wait until each thread has ended (at exit, with the
+        caller's code done)."""
         with self._lock:
-            running = list(self._running.items())
-        for _, channel in running:
-            channel.shut()
-        for thread, _ in running:
+            started = list(self._started.items())
+        for _, held in started:
+            channel = held()
+            if channel is not None:
+                channel.shut()
+        for thread, _ in started:
             if thread is not threading.current_thread():
                 thread.join()
 
     def after_fork(self) -> None:
         """In a forked child: none of the parent's threads runs here."""
         self._lock = threading.Lock()
-        self._running = {}
+        self._started = {}
 
 
 #: This process's helpers.
