@@ -211,9 +211,8 @@ class Helpers:
     what the thread holds is destroyed as it ends (OpenVINO's infer request, kept in a
     thread-local). A helper stopped by its pipe's finalizer (abandoned, or left by
     ``sys.exit``, an error or Ctrl-C), which does not join it, may still be ending when the
-    caller's code ends: the exit waits for it too (an abort seen once in CI on OpenVINO,
-    ``tests/test_exit_status.py``). The channel is held weakly: a finished helper keeps no
-    documents alive."""
+    caller's code ends: the exit waits for it too. The channel is held weakly: a finished
+    helper keeps no documents alive."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
