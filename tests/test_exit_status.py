@@ -3,7 +3,10 @@ overlap (issue 60): the caller's own exit status, no abort, nothing on stderr th
 caller's code did not cause. The helper thread is kept inside the runtime's C++ call (each
 runtime call runs the model many times over), where a daemon thread still running at the
 interpreter's finalization aborted the process (``terminate called without an active
-exception``, exit status 134)."""
+exception``, exit status 134). ``abandoned``: a helper stopped by its pipe's collection is
+waited for to the end of its thread, whose last C++ work (what its thread-locals run as
+they are destroyed) the finalizing interpreter would otherwise cut short the same way (on
+619420a: that abort, every run)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,30 @@ def in_the_runtime_for_long(feeds, names):
     return outputs
 runner.run_whole = in_the_runtime_for_long
 texts = ["The quick brown fox jumps over the lazy dog near the river bank."] * 400
+if way == "abandoned":
+    # The helper holds, in a thread-local, what runs C++ code (torch's, the GIL released)
+    # when it is destroyed, as its thread ends; the caller abandons the pipe, and raises
+    # once that has begun: the exit must wait for the thread to its end.
+    import threading, torch
+    held, dying = threading.local(), threading.Event()
+    class CppWhenDestroyed:
+        def __del__(self):
+            dying.set()
+            x = torch.randn(400, 400)
+            for _ in range(500):
+                x = torch.tanh(x @ x)
+    proxy_run = proxy._run
+    def holding(*args, **kwargs):
+        if threading.current_thread().name == "spacy-accelerate-transformer":
+            if not hasattr(held, "it"):
+                held.it = CppWhenDestroyed()
+        return proxy_run(*args, **kwargs)
+    proxy._run = holding
+    stream = nlp.pipe(texts, batch_size=64)
+    next(stream)
+    del stream
+    dying.wait(60)
+    raise RuntimeError("raised by the caller")
 if way == "next":
     doc = next(iter(nlp.pipe(texts, batch_size=64)))
 else:
@@ -56,6 +83,7 @@ WAYS = {
     "next": (0, None),
     "exit": (3, None),
     "raise": (1, "RuntimeError: raised by the caller"),
+    "abandoned": (1, "RuntimeError: raised by the caller"),
     "ctrl-c": (-signal.SIGINT, "KeyboardInterrupt"),
 }
 
