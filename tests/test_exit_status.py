@@ -41,6 +41,7 @@ if way == "abandoned":
     # when it is destroyed, as its thread ends; the caller abandons the pipe, and raises
     # once that has begun: the exit must wait for the thread to its end.
     import threading, torch
+    from spacy_accelerate.serving.overlap import HELPER_NAME
     held, dying = threading.local(), threading.Event()
     class CppWhenDestroyed:
         def __del__(self):
@@ -50,7 +51,7 @@ if way == "abandoned":
                 x = torch.tanh(x @ x)
     proxy_run = proxy._run
     def holding(*args, **kwargs):
-        if threading.current_thread().name == "spacy-accelerate-transformer":
+        if threading.current_thread().name == HELPER_NAME:
             if not hasattr(held, "it"):
                 held.it = CppWhenDestroyed()
         return proxy_run(*args, **kwargs)
